@@ -1,0 +1,61 @@
+"""The one Config object, built once from the command line and passed down; nothing reads flags globally."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Header:
+    """A response header given as `-header name=value` or in a hook's `response-headers`."""
+
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every webhook flag, with webhook's defaults."""
+
+    ip: str = "0.0.0.0"
+    port: int = 9000
+    verbose: bool = False
+    logfile: str = ""
+    debug: bool = False
+    nopanic: bool = False
+    hotreload: bool = False
+    urlprefix: str = "hooks"
+    secure: bool = False
+    template: bool = False
+    cert: str = "cert.pem"
+    key: str = "key.pem"
+    version: bool = False
+    list_cipher_suites: bool = False
+    tls_min_version: str = "1.2"
+    cipher_suites: str = ""
+    x_request_id: bool = False
+    x_request_id_limit: int = 0
+    max_multipart_mem: int = 1 << 20
+    http_methods: str = ""
+    pidfile: str = ""
+    socket: str = ""
+    setuid: int = 0
+    setgid: int = 0
+    hooks: tuple[str, ...] = ()
+    headers: tuple[Header, ...] = field(default_factory=tuple)
+
+    @property
+    def log_enabled(self) -> bool:
+        """webhook logs only with -verbose; -debug and -logfile imply it."""
+        return self.verbose or self.debug or bool(self.logfile)
+
+    @property
+    def hooks_files(self) -> tuple[str, ...]:
+        """Without -hooks, webhook reads hooks.json from the working directory."""
+        return self.hooks or ("hooks.json",)
+
+    @property
+    def allowed_methods(self) -> tuple[str, ...]:
+        """The global -http-methods, cleaned as webhook cleans it (spaces dropped, upper-cased)."""
+        cleaned = self.http_methods.replace(" ", "").upper()
+        return tuple(cleaned.split(",")) if cleaned else ()

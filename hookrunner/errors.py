@@ -1,0 +1,106 @@
+"""Errors with meaning: the caller branches on the type, the message matches webhook's log text."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hookrunner.hooks import Argument
+
+
+class HookrunnerError(Exception):
+    """Base of every error hookrunner raises on purpose."""
+
+
+class ParameterNodeError(HookrunnerError):
+    """A value named by a parameter is not in the request: soft, the clause is simply false."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+    def __str__(self) -> str:
+        return f"parameter node not found: {self.key}"
+
+
+class SignatureError(HookrunnerError):
+    """A payload signature did not verify: hard (HTTP 500) unless soft failures are allowed in an `or`."""
+
+    def __init__(
+        self, signature: str = "", signatures: list[str] | None = None, empty_payload: bool = False
+    ) -> None:
+        super().__init__(signature)
+        self.signature = signature
+        self.signatures = signatures
+        self.empty_payload = empty_payload
+
+    def __str__(self) -> str:
+        empty = " on empty payload" if self.empty_payload else ""
+        if self.signatures is not None:
+            # Go prints a []string with %s as [a b c].
+            return f"invalid payload signatures [{' '.join(self.signatures)}]{empty}"
+        return f"invalid payload signature {self.signature}{empty}"
+
+
+class RuleError(HookrunnerError):
+    """Any other failure while evaluating a rule (bad IP range, empty secret, bad date): HTTP 500."""
+
+
+class ArgumentError(HookrunnerError):
+    """A command argument could not be retrieved from the request."""
+
+    def __init__(self, argument: Argument) -> None:
+        super().__init__(argument)
+        self.argument = argument
+
+    def __str__(self) -> str:
+        return f"couldn't retrieve argument for {self.argument.go_repr()}"
+
+
+class SourceError(HookrunnerError):
+    """An argument names a source that cannot be used where it appears."""
+
+    def __init__(self, argument: Argument) -> None:
+        super().__init__(argument)
+        self.argument = argument
+
+    def __str__(self) -> str:
+        return f"invalid source for argument {self.argument.go_repr()}"
+
+
+class PayloadParseError(HookrunnerError):
+    """A request body could not be parsed; logged, the request goes on without a payload."""
+
+
+class MultipartError(HookrunnerError):
+    """A multipart body is broken: webhook answers 500 `Error occurred while parsing multipart form.`"""
+
+
+class HooksFileError(HookrunnerError):
+    """A hooks file could not be read, rendered or parsed; the hooks already loaded stay."""
+
+
+class TemplateError(HooksFileError):
+    """A Go text/template error, worded as Go words it (`template: hooks:3: ...`)."""
+
+
+class DuplicateHookError(HooksFileError):
+    """A hook id is already loaded from this or another file."""
+
+    def __init__(self, hook_id: str) -> None:
+        super().__init__(hook_id)
+        self.hook_id = hook_id
+
+    def __str__(self) -> str:
+        return (
+            f"error: hook with the id {self.hook_id} has already been loaded!\n"
+            "please check your hooks file for duplicate hooks ids!"
+        )
+
+
+class UsageError(HookrunnerError):
+    """A bad command line; carries the exit code, as click's exceptions do."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -1,0 +1,34 @@
+"""The incoming request as the rules see it, and webhook's body parsers (JSON, form, XML, multipart)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Request:
+    """One hook request: the parsed parts that rules and arguments read.
+
+    `headers` and `query` hold the first value of each key; header keys are canonical MIME names
+    (`X-Hub-Signature`). `payload` is None when the body was not parsed (unsupported type, bad JSON).
+    `remote_addr` is Go's `ip:port` form (`127.0.0.1:54321`, `[::1]:54321`).
+    """
+
+    id: str
+    method: str
+    remote_addr: str
+    content_type: str = ""
+    body: bytes = b""
+    headers: dict[str, Any] = field(default_factory=dict)
+    query: dict[str, Any] = field(default_factory=dict)
+    payload: dict[str, Any] | None = None
+    allow_signature_errors: bool = False
+
+
+# Interface filled in by the request-parsing work (see module docstring):
+#   canonical_header_key(name: str) -> str           Go's textproto.CanonicalMIMEHeaderKey
+#   parse_json_payload(body: bytes) -> dict          raises PayloadParseError
+#   parse_form_payload(body: bytes) -> dict
+#   parse_xml_payload(body: bytes) -> dict           raises PayloadParseError
+#   parse_multipart(...)                             raises MultipartError
