@@ -26,9 +26,29 @@ class Request:
     allow_signature_errors: bool = False
 
 
-# Interface filled in by the request-parsing work (see module docstring):
+# Still to come from the request-parsing work:
 #   canonical_header_key(name: str) -> str           Go's textproto.CanonicalMIMEHeaderKey
 #   parse_json_payload(body: bytes) -> dict          raises PayloadParseError
 #   parse_form_payload(body: bytes) -> dict
 #   parse_xml_payload(body: bytes) -> dict           raises PayloadParseError
 #   parse_multipart(...)                             raises MultipartError
+
+
+# RFC 7230 token characters: the only bytes Go's textproto accepts in a header name it canonicalises.
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def canonical_header_key(name: str) -> str:
+    """Go's textproto.CanonicalMIMEHeaderKey: `x-hub-signature` -> `X-Hub-Signature`.
+
+    A name holding any character outside the RFC 7230 token set (a space, a colon, non-ASCII) is
+    returned unchanged, as Go does.
+    """
+    if not all(c in _TOKEN_CHARS for c in name):
+        return name
+    out = []
+    upper = True
+    for c in name:
+        out.append(c.upper() if upper else c.lower())
+        upper = c == "-"
+    return "".join(out)
