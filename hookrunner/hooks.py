@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from hookrunner.config import Header
+from hookrunner.errors import DuplicateHookError, HooksFileError
+from hookrunner.log import log
+
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -45,3 +53,345 @@ class Hook:
     success_status: int = 0
     http_methods: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+# --- decoding a hooks file the way webhook's YAML -> JSON -> struct decoding does -------------------------
+
+_HOOK_FIELDS = {
+    "id": "string",
+    "execute-command": "string",
+    "command-working-directory": "string",
+    "response-message": "string",
+    "response-headers": "headers",
+    "include-command-output-in-response": "bool",
+    "include-command-output-in-response-on-error": "bool",
+    "pass-environment-to-command": "arguments",
+    "pass-arguments-to-command": "arguments",
+    "pass-file-to-command": "arguments",
+    "parse-parameters-as-json": "arguments",
+    "trigger-rule": "rule",
+    "trigger-rule-mismatch-http-response-code": "int",
+    "trigger-signature-soft-failures": "bool",
+    "incoming-payload-content-type": "string",
+    "success-http-response-code": "int",
+    "http-methods": "strings",
+}
+_ARGUMENT_FIELDS = {"source": "string", "name": "string", "envname": "string", "base64decode": "bool"}
+_HEADER_FIELDS = {"name": "string", "value": "string"}
+
+
+def _go_float_string(value: float) -> str:
+    """ghodss/yaml turns a YAML float read into a string field into strconv's 'g', -1, 32 form."""
+    import struct
+
+    f32 = struct.unpack("f", struct.pack("f", value))[0]
+    for precision in range(1, 10):
+        text = f"{f32:.{precision}e}"
+        if struct.unpack("f", struct.pack("f", float(text)))[0] == f32:
+            break
+    mantissa, exp_text = text.split("e")
+    digits = mantissa.replace("-", "").replace(".", "").rstrip("0") or "0"
+    exponent = int(exp_text)
+    sign = "-" if f32 < 0 else ""
+    if exponent < -4 or exponent >= 21:
+        frac = f".{digits[1:]}" if len(digits) > 1 else ""
+        return f"{sign}{digits[0]}{frac}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
+    if exponent < 0:
+        return f"{sign}0.{'0' * (-exponent - 1)}{digits}"
+    whole = digits[: exponent + 1].ljust(exponent + 1, "0")
+    frac = digits[exponent + 1 :]
+    return f"{sign}{whole}{'.' + frac if frac else ''}"
+
+
+def go_string(value: Any, where: str) -> str:
+    """A scalar read into a Go string field: YAML numbers and booleans become their text, as ghodss does."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _go_float_string(value)
+    if isinstance(value, str):
+        return value
+    raise HooksFileError(
+        f"json: cannot unmarshal {_json_kind(value)} into Go struct field {where} of type string"
+    )
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return "string"
+
+
+def _go_int(value: Any, where: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    kind = _json_kind(value)
+    if isinstance(value, float):
+        kind = f"number {value}"
+    raise HooksFileError(f"json: cannot unmarshal {kind} into Go struct field {where} of type int")
+
+
+def _go_bool(value: Any, where: str) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    raise HooksFileError(
+        f"json: cannot unmarshal {_json_kind(value)} into Go struct field {where} of type bool"
+    )
+
+
+def _fields(data: Any, spec: dict[str, str], where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Match keys to fields as encoding/json does: exact name first, else ignoring case; the rest is extra."""
+    if not isinstance(data, dict):
+        raise HooksFileError(f"json: cannot unmarshal {_json_kind(data)} into Go value of type {where}")
+    known: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    lowered = {name.lower(): name for name in spec}
+    for raw_key, value in data.items():
+        key = go_string(raw_key, where)
+        name = key if key in spec else lowered.get(key.lower())
+        if name is None:
+            extra[key] = value
+        else:
+            known[name] = value
+    return known, extra
+
+
+def _arguments(value: Any, where: str) -> tuple[Argument, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise HooksFileError(
+            f"json: cannot unmarshal {_json_kind(value)} into Go struct field {where} of type []hook.Argument"
+        )
+    return tuple(decode_argument(item, where) for item in value if item is not None)
+
+
+def decode_argument(data: Any, where: str = "Hook.parameter") -> Argument:
+    """An Argument from its decoded mapping (also used for a match rule's `parameter`)."""
+    if data is None:
+        return Argument()
+    known, _ = _fields(data, _ARGUMENT_FIELDS, where)
+    return Argument(
+        source=go_string(known.get("source"), where + ".source"),
+        name=go_string(known.get("name"), where + ".name"),
+        envname=go_string(known.get("envname"), where + ".envname"),
+        base64decode=_go_bool(known.get("base64decode"), where + ".base64decode"),
+    )
+
+
+def _headers(value: Any, where: str) -> tuple[Header, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise HooksFileError(
+            f"json: cannot unmarshal {_json_kind(value)} into Go struct field {where} "
+            "of type hook.ResponseHeaders"
+        )
+    result = []
+    for item in value:
+        if item is None:
+            continue
+        known, _ = _fields(item, _HEADER_FIELDS, where)
+        result.append(Header(go_string(known.get("name"), where), go_string(known.get("value"), where)))
+    return tuple(result)
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise HooksFileError(
+            f"json: cannot unmarshal {_json_kind(value)} into Go struct field {where} of type []string"
+        )
+    return tuple(go_string(item, where) for item in value)
+
+
+def decode_hook(data: Any) -> Hook:
+    """One Hook from one decoded list entry; raises HooksFileError where Go's decoding fails."""
+    from hookrunner.rules import parse_rule
+
+    known, extra = _fields(data, _HOOK_FIELDS, "hook.Hook")
+    where = "Hook."
+    rule_data = known.get("trigger-rule")
+    return Hook(
+        id=go_string(known.get("id"), where + "id"),
+        execute_command=go_string(known.get("execute-command"), where + "execute-command"),
+        command_working_directory=go_string(
+            known.get("command-working-directory"), where + "command-working-directory"
+        ),
+        response_message=go_string(known.get("response-message"), where + "response-message"),
+        response_headers=_headers(known.get("response-headers"), where + "response-headers"),
+        capture_output=_go_bool(
+            known.get("include-command-output-in-response"), where + "include-command-output-in-response"
+        ),
+        capture_output_on_error=_go_bool(
+            known.get("include-command-output-in-response-on-error"),
+            where + "include-command-output-in-response-on-error",
+        ),
+        pass_environment=_arguments(
+            known.get("pass-environment-to-command"), where + "pass-environment-to-command"
+        ),
+        pass_arguments=_arguments(
+            known.get("pass-arguments-to-command"), where + "pass-arguments-to-command"
+        ),
+        pass_file=_arguments(known.get("pass-file-to-command"), where + "pass-file-to-command"),
+        json_parameters=_arguments(known.get("parse-parameters-as-json"), where + "parse-parameters-as-json"),
+        trigger_rule=parse_rule(rule_data) if rule_data is not None else None,
+        mismatch_status=_go_int(
+            known.get("trigger-rule-mismatch-http-response-code"),
+            where + "trigger-rule-mismatch-http-response-code",
+        ),
+        signature_soft_failures=_go_bool(
+            known.get("trigger-signature-soft-failures"), where + "trigger-signature-soft-failures"
+        ),
+        incoming_payload_content_type=go_string(
+            known.get("incoming-payload-content-type"), where + "incoming-payload-content-type"
+        ),
+        success_status=_go_int(known.get("success-http-response-code"), where + "success-http-response-code"),
+        http_methods=_strings(known.get("http-methods"), where + "http-methods"),
+        extra=extra,
+    )
+
+
+def parse_hooks(text: str) -> list[Hook]:
+    """Hooks from the text of a JSON or YAML hooks file (JSON is read as YAML, as webhook does)."""
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise HooksFileError(f"error converting YAML to JSON: {exc}") from exc
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise HooksFileError(f"json: cannot unmarshal {_json_kind(data)} into Go value of type hook.Hooks")
+    try:
+        return [decode_hook(item) if item is not None else Hook() for item in data]
+    except HooksFileError:
+        raise
+    except (ValueError, TypeError) as exc:  # a rule the rules module refuses
+        raise HooksFileError(str(exc)) from exc
+
+
+def load_hooks(path: str, as_template: bool = False) -> list[Hook]:
+    """Read one hooks file, optionally rendered as a Go template first; raises HooksFileError."""
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise HooksFileError(f"open {path}: {(exc.strerror or str(exc)).lower()}") from exc
+    if as_template:
+        from hookrunner.gotemplate import render_hooks_template
+
+        text = render_hooks_template(text)
+    return parse_hooks(text)
+
+
+# --- the registry ------------------------------------------------------------------------------------
+
+
+class HookRegistry:
+    """The hooks being served, per file; readers see an immutable snapshot that writers swap under a lock."""
+
+    def __init__(self, files: Sequence[str], as_template: bool = False) -> None:
+        self._as_template = as_template
+        self._lock = threading.Lock()
+        self._files: tuple[str, ...] = tuple(files)
+        self._by_file: dict[str, tuple[Hook, ...]] = {}
+        self._index: dict[str, Hook] = {}
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return self._files
+
+    def __len__(self) -> int:
+        return sum(len(hooks) for hooks in self._by_file.values())
+
+    def match(self, hook_id: str) -> Hook | None:
+        return self._index.get(hook_id)
+
+    def hooks_of(self, path: str) -> tuple[Hook, ...]:
+        return self._by_file.get(path, ())
+
+    def _publish(self, by_file: dict[str, tuple[Hook, ...]]) -> None:
+        index: dict[str, Hook] = {}
+        for hooks in by_file.values():
+            for hook in hooks:
+                index.setdefault(hook.id, hook)  # like webhook, the first hook with an id wins
+        self._by_file = by_file
+        self._index = index
+
+    def load_initial(self) -> None:
+        """Start-up: load every file as webhook does; an id loaded twice raises DuplicateHookError."""
+        with self._lock:
+            by_file: dict[str, tuple[Hook, ...]] = {}
+            for path in self._files:
+                log.printf("attempting to load hooks from %s\n", path)
+                try:
+                    hooks = load_hooks(path, self._as_template)
+                except HooksFileError as exc:
+                    log.printf("couldn't load hooks from file! %s\n", exc)
+                    continue
+                log.printf("found %d hook(s) in file\n", len(hooks))
+                loaded = {hook.id for other in by_file.values() for hook in other}
+                for hook in hooks:
+                    if hook.id in loaded:
+                        raise DuplicateHookError(hook.id)
+                    log.printf("\tloaded: %s\n", hook.id)
+                by_file[path] = tuple(hooks)
+            self._publish(by_file)
+
+    def reload_file(self, path: str) -> bool:
+        """Reload one file; on any error the previous hooks stay. Returns whether the new hooks are served."""
+        with self._lock:
+            log.printf("attempting to reload hooks from %s\n", path)
+            try:
+                hooks = load_hooks(path, self._as_template)
+            except HooksFileError as exc:
+                log.printf("couldn't load hooks from file! %s\n", exc)
+                return False
+            log.printf("found %d hook(s) in file\n", len(hooks))
+            elsewhere = {hook.id for other, group in self._by_file.items() if other != path for hook in group}
+            seen: set[str] = set()
+            for hook in hooks:
+                if hook.id in elsewhere or hook.id in seen:
+                    log.printf("%s", DuplicateHookError(hook.id))
+                    log.output("reverting hooks back to the previous configuration")
+                    return False
+                seen.add(hook.id)
+                log.printf("\tloaded: %s\n", hook.id)
+            by_file = dict(self._by_file)
+            by_file[path] = tuple(hooks)
+            if path not in self._files:
+                self._files = (*self._files, path)
+            self._publish(by_file)
+            return True
+
+    def reload_all(self) -> None:
+        for path in self._files:
+            self.reload_file(path)
+
+    def remove_file(self, path: str) -> int:
+        """The file is gone: stop serving its hooks (re-creating the file restores them)."""
+        with self._lock:
+            removed = self._by_file.get(path, ())
+            for hook in removed:
+                log.printf("\tremoving: %s\n", hook.id)
+            by_file = {other: group for other, group in self._by_file.items() if other != path}
+            self._publish(by_file)
+            log.printf("removed %d hook(s) that were loaded from file %s\n", len(removed), path)
+            return len(removed)

@@ -1,0 +1,411 @@
+"""The Flask app: webhook's routes, status codes, messages and log lines, answer for answer."""
+
+from __future__ import annotations
+
+import posixpath
+import time
+import uuid
+from typing import Any
+
+from flask import Flask, request
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import Rule
+from werkzeug.wrappers import Response
+
+from hookrunner.config import Config
+from hookrunner.errors import (
+    ArgumentError,
+    HookrunnerError,
+    MultipartError,
+    ParameterNodeError,
+    PayloadParseError,
+    SourceError,
+)
+from hookrunner.executor import CommandRunner
+from hookrunner.hooks import Hook, HookRegistry
+from hookrunner.log import log
+from hookrunner.params import (
+    ReplacePanicError,
+    argument_value,
+    decode_json_map,
+    go_quote,
+    replace_parameter,
+)
+from hookrunner.request import (
+    Request,
+    canonical_header_key,
+    parse_form_payload,
+    parse_json_payload,
+    parse_multipart,
+    parse_xml_payload,
+)
+from hookrunner.sniff import detect_content_type
+from hookrunner.statuses import is_known_status, status_line
+
+MSG_NOT_FOUND = b"Hook not found."
+MSG_MISMATCH = b"Hook rules were not satisfied."
+MSG_RULE_ERROR = b"Error occurred while evaluating hook rules."
+MSG_MULTIPART = b"Error occurred while parsing multipart form."
+MSG_COMMAND_ERROR = (
+    b"Error occurred while executing the hook's command. Please check your logs for more details."
+)
+TEXT_PLAIN = "text/plain; charset=utf-8"
+
+#: WSGI keys that are not request headers in Go's sense (Go moves Host and Transfer-Encoding out).
+_NOT_HEADERS = {"HTTP_HOST", "HTTP_TRANSFER_ENCODING"}
+
+
+class Answer(Response):
+    """A response with no default Content-Type: like Go, an empty body carries none."""
+
+    default_mimetype = None
+    automatically_set_content_length = True
+
+
+def answer(status: int, body: bytes, headers: dict[str, str], explicit_type: str | None = None) -> Answer:
+    """Build an answer the way Go's ResponseWriter would frame it (sniffed type, no body on 204/304/1xx)."""
+    headers = dict(headers)
+    if explicit_type is not None:
+        headers["Content-Type"] = explicit_type
+    bodyless = status == 204 or status == 304 or 100 <= status < 200
+    if bodyless:
+        body = b""
+    elif body and "Content-Type" not in headers:
+        headers["Content-Type"] = detect_content_type(body)
+    response = Answer(body, status=status_line(status), headers=list(headers.items()))
+    if bodyless:
+        response.headers.pop("Content-Length", None)
+    return response
+
+
+def _go_unescape(text: str) -> str:
+    """Go's url.QueryUnescape: `+` is a space and every `%` must start a valid escape."""
+    if "%" not in text:
+        return text.replace("+", " ")
+    out = bytearray()
+    i = 0
+    raw = text.encode("utf-8", "surrogateescape")
+    while i < len(raw):
+        c = raw[i]
+        if c == 0x25:
+            pair = raw[i + 1 : i + 3]
+            if len(pair) < 2 or not all(chr(b) in "0123456789abcdefABCDEF" for b in pair):
+                raise ValueError("invalid URL escape")
+            out.append(int(pair, 16))
+            i += 3
+            continue
+        out.append(0x20 if c == 0x2B else c)
+        i += 1
+    return out.decode("utf-8", "surrogateescape")
+
+
+def parse_query(query: str) -> dict[str, Any]:
+    """Go's URL.Query(): first value of each key; a pair Go cannot parse (bad escape, `;`) is dropped."""
+    values: dict[str, Any] = {}
+    for pair in query.split("&"):
+        if not pair or ";" in pair:
+            continue
+        key, _, value = pair.partition("=")
+        try:
+            key, value = _go_unescape(key), _go_unescape(value)
+        except ValueError:
+            continue
+        values.setdefault(key, value)
+    return values
+
+
+def clean_path(path: str) -> str:
+    """gorilla/mux's cleanPath: Go's path.Clean that keeps a trailing slash."""
+    if not path:
+        return "/"
+    if not path.startswith("/"):
+        path = "/" + path
+    cleaned = posixpath.normpath(path)
+    if cleaned.startswith("//"):
+        cleaned = "/" + cleaned.lstrip("/")
+    if path.endswith("/") and cleaned != "/":
+        cleaned += "/"
+    return cleaned
+
+
+def go_duration(seconds: float) -> str:
+    """Go's time.Duration.String() for a non-negative duration under a minute (webhook's access log)."""
+    ns = int(seconds * 1e9)
+    if ns < 1000:
+        return f"{ns}ns"
+    for unit, scale in (("µs", 3), ("ms", 6), ("s", 9)):
+        if ns < 10 ** (scale + 3) or unit == "s":
+            whole, frac = divmod(ns, 10**scale)
+            digits = f"{frac:0{scale}d}".rstrip("0")
+            return f"{whole}{'.' + digits if digits else ''}{unit}"
+    return f"{ns}ns"  # not reached
+
+
+def humanize_bytes(size: int) -> str:
+    """go-humanize's IBytes, as webhook's access log prints the body size."""
+    if size < 10:
+        return f"{size} B"
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    exponent = 0
+    while size >= 1024 ** (exponent + 1) and exponent < len(units) - 1:
+        exponent += 1
+    value = int(size / 1024**exponent * 10 + 0.5) / 10
+    return f"{value:.1f} {units[exponent]}" if value < 10 else f"{value:.0f} {units[exponent]}"
+
+
+class HookApp:
+    """Holds what the routes need; the Flask app calls into it."""
+
+    def __init__(self, config: Config, registry: HookRegistry, runner: CommandRunner) -> None:
+        self.config = config
+        self.registry = registry
+        self.runner = runner
+        self.global_headers = {canonical_header_key(h.name): h.value for h in config.headers}
+        self.allowed_methods = config.allowed_methods
+
+    # --- request ids and the access log -------------------------------------------------------------
+
+    def request_id(self) -> str:
+        if self.config.x_request_id:
+            given = request.headers.get("X-Request-Id", "")
+            limit = self.config.x_request_id_limit
+            if limit > 0 and len(given.encode()) > limit:
+                given = given.encode()[:limit].decode("utf-8", "replace")
+            if given:
+                return given
+        return uuid.uuid4().hex[:6]
+
+    def access_log(self, rid: str, response: Answer, started: float) -> None:
+        if not log.enabled:
+            return
+        environ = request.environ
+        uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path.rstrip("?")
+        size = 0 if request.method == "HEAD" else (response.content_length or 0)
+        log.request(
+            rid,
+            f"{response.status_code:03d} | {humanize_bytes(size)} | "
+            f"{go_duration(time.perf_counter() - started)}"
+            f" | {request.host} | {request.method} {uri}",
+        )
+
+    # --- routes -------------------------------------------------------------------------------------
+
+    def root(self) -> Answer:
+        started = time.perf_counter()
+        rid = self.request_id()
+        response = answer(200, b"OK", self.global_headers)
+        self.access_log(rid, response, started)
+        return response
+
+    def hook(self, hook_id: str = "") -> Answer:
+        started = time.perf_counter()
+        rid = self.request_id()
+        try:
+            response = self.handle(rid, hook_id)
+        except ReplacePanicError as exc:
+            # webhook's handler panics here and its recoverer answers an empty 500.
+            log.request(rid, f"panic: {exc}")
+            response = answer(500, b"", self.global_headers)
+        self.access_log(rid, response, started)
+        return response
+
+    def handle(self, rid: str, hook_id: str) -> Answer:
+        method = request.method
+        log.request(rid, f"incoming HTTP {method} request from {self.remote_addr()}\n")
+        hook = self.registry.match(hook_id)
+        if hook is None:
+            return answer(404, MSG_NOT_FOUND, {})
+        if not self.method_allowed(hook, method):
+            log.request(rid, f"HTTP {method} method not allowed for hook {go_quote(hook_id)}")
+            return answer(405, b"", {})
+        log.request(rid, f"{hook_id} got matched\n")
+        headers = dict(self.global_headers)
+
+        req = self.parse_request(rid, hook)
+        if isinstance(req, Answer):
+            return req
+        for error in self.parse_json_parameters(hook, req):
+            log.request(rid, f"error parsing JSON parameters: {error}\n")
+
+        ok = True
+        if hook.trigger_rule is not None:
+            req.allow_signature_errors = hook.signature_soft_failures
+            try:
+                ok = hook.trigger_rule.evaluate(req)
+            except ParameterNodeError as exc:
+                log.request(rid, str(exc))
+                ok = False
+            except HookrunnerError as exc:
+                log.request(rid, f"error evaluating hook: {exc}")
+                return answer(500, MSG_RULE_ERROR, headers)
+
+        if not ok:
+            status = self.configured_status(rid, hook, hook.mismatch_status)
+            log.request(
+                rid,
+                f"{hook.id} got matched, but didn't get triggered "
+                "because the trigger rules were not satisfied\n",
+            )
+            return answer(status, MSG_MISMATCH, headers)
+
+        log.request(rid, f"{hook.id} hook triggered successfully\n")
+        for header in hook.response_headers:
+            headers[canonical_header_key(header.name)] = header.value
+        if hook.capture_output:
+            result = self.runner.run(hook, req)
+            if not result.ok:
+                if hook.capture_output_on_error:
+                    return answer(500, result.output, headers)
+                return answer(500, MSG_COMMAND_ERROR, headers, explicit_type=TEXT_PLAIN)
+            status = self.configured_status(rid, hook, hook.success_status)
+            return answer(status, result.output, headers)
+        self.runner.start(hook, req)
+        status = self.configured_status(rid, hook, hook.success_status)
+        return answer(status, hook.response_message.encode("utf-8", "surrogateescape"), headers)
+
+    # --- pieces of the handler ----------------------------------------------------------------------
+
+    def method_allowed(self, hook: Hook, method: str) -> bool:
+        if hook.http_methods:
+            return any(method == m.strip().upper() for m in hook.http_methods)
+        if self.allowed_methods:
+            return method in self.allowed_methods
+        return True
+
+    def configured_status(self, rid: str, hook: Hook, code: int) -> int:
+        if code == 0:
+            return 200
+        if not is_known_status(code):
+            log.request(
+                rid,
+                f"{hook.id} got matched, but the configured return code {code} is unknown "
+                "- defaulting to 200\n",
+            )
+            return 200
+        return code
+
+    def remote_addr(self) -> str:
+        environ = request.environ
+        host = environ.get("REMOTE_ADDR") or ""
+        port = environ.get("REMOTE_PORT") or ""
+        if not host:
+            return "@"  # a unix socket peer, as Go reports it
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{host}:{port}"
+
+    def parse_request(self, rid: str, hook: Hook) -> Request | Answer:
+        environ = request.environ
+        content_type = hook.incoming_payload_content_type or environ.get("CONTENT_TYPE", "")
+        headers: dict[str, Any] = {}
+        for key, value in environ.items():
+            if key.startswith("HTTP_") and key not in _NOT_HEADERS:
+                headers.setdefault(canonical_header_key(key[5:].replace("_", "-")), value)
+        if "CONTENT_TYPE" in environ and environ["CONTENT_TYPE"] != "":
+            headers.setdefault("Content-Type", environ["CONTENT_TYPE"])
+        if environ.get("CONTENT_LENGTH"):
+            headers.setdefault("Content-Length", environ["CONTENT_LENGTH"])
+        req = Request(
+            id=rid,
+            method=request.method,
+            remote_addr=self.remote_addr(),
+            content_type=content_type,
+            headers=headers,
+            query=parse_query(environ.get("QUERY_STRING", "")),
+        )
+        multipart = content_type.startswith("multipart/form-data;")
+        if not multipart:
+            req.body = request.get_data(cache=False)
+
+        try:
+            if "json" in content_type:
+                req.payload = parse_json_payload(req.body)
+            elif "x-www-form-urlencoded" in content_type:
+                req.payload = parse_form_payload(req.body)
+            elif "xml" in content_type:
+                req.payload = parse_xml_payload(req.body)
+            elif multipart:
+                names = {a.name for a in hook.json_parameters if a.source == "payload"}
+                req.payload = parse_multipart(
+                    request.stream, content_type, request.content_length, self.config.max_multipart_mem, names
+                )
+            else:
+                log.request(
+                    rid,
+                    f"error parsing body payload due to unsupported content type header: {content_type}\n",
+                )
+        except MultipartError as exc:
+            log.request(rid, f"error parsing multipart form: {exc}\n")
+            return answer(500, MSG_MULTIPART, dict(self.global_headers))
+        except PayloadParseError as exc:
+            log.request(rid, str(exc))
+        return req
+
+    def parse_json_parameters(self, hook: Hook, req: Request) -> list[HookrunnerError]:
+        """parse-parameters-as-json: replace string values by the JSON they hold, before the rules run."""
+        errors: list[HookrunnerError] = []
+        for arg in hook.json_parameters:
+            try:
+                text = argument_value(arg, req)
+            except HookrunnerError:
+                errors.append(ArgumentError(arg))
+                continue
+            try:
+                value = decode_json_map(text)
+            except HookrunnerError as exc:
+                errors.append(exc)
+                continue
+            key = arg.name
+            if arg.source == "header":
+                target: dict[str, Any] | None = req.headers
+                key = canonical_header_key(arg.name)
+            elif arg.source == "payload":
+                target = req.payload
+            elif arg.source in ("url", "query"):
+                target = req.query
+            else:
+                errors.append(SourceError(arg))
+                continue
+            if target is not None:
+                replace_parameter(key, target, value)
+        return errors
+
+
+def create_app(config: Config, registry: HookRegistry, runner: CommandRunner) -> Flask:
+    """The WSGI app serving `/` and `/<urlprefix>/<id>` exactly as webhook routes them."""
+    hooks = HookApp(config, registry, runner)
+    app = Flask("hookrunner")
+    app.url_map.merge_slashes = False
+    app.url_map.strict_slashes = False
+    base = f"/{config.urlprefix}" if config.urlprefix else ""
+    # methods=None: every method reaches the handler, as with gorilla/mux (405 is webhook's own answer).
+    app.url_map.add(Rule("/", endpoint="root", methods=None))
+    if base:
+        app.url_map.add(Rule(f"{base}/", endpoint="hook", methods=None, defaults={"hook_id": ""}))
+    app.url_map.add(Rule(f"{base}/<path:hook_id>", endpoint="hook", methods=None))
+    app.view_functions["root"] = hooks.root
+    app.view_functions["hook"] = hooks.hook
+
+    @app.before_request
+    def redirect_unclean_path() -> Answer | None:
+        path = request.path
+        cleaned = clean_path(path)
+        if cleaned != path:
+            query = request.environ.get("QUERY_STRING", "")
+            location = cleaned + ("?" + query if query else "")
+            return answer(301, b"", {"Location": location})
+        return None
+
+    @app.errorhandler(404)
+    def not_found(_: Exception) -> Answer:
+        return answer(404, b"404 page not found\n", {"X-Content-Type-Options": "nosniff"}, TEXT_PLAIN)
+
+    @app.errorhandler(Exception)
+    def internal_error(exc: Exception) -> Response:
+        if isinstance(exc, HTTPException):
+            return exc.get_response()
+        # Never a traceback to the client; the log keeps the detail.
+        log.output(f"panic: {type(exc).__name__}: {exc}")
+        return answer(500, b"", {})
+
+    return app

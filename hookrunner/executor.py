@@ -1,0 +1,270 @@
+"""Running a hook's command: path lookup, argv, HOOK_ environment, temp files, combined output."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import signal
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+from hookrunner.errors import ArgumentError, HookrunnerError
+from hookrunner.hooks import Argument, Hook
+from hookrunner.log import log
+from hookrunner.params import argument_value, go_quote
+from hookrunner.request import Request
+
+#: How Go's syscall package words the signals a command most often dies of.
+_SIGNAL_TEXT = {
+    signal.SIGHUP: "hangup",
+    signal.SIGINT: "interrupt",
+    signal.SIGQUIT: "quit",
+    signal.SIGILL: "illegal instruction",
+    signal.SIGABRT: "aborted",
+    signal.SIGBUS: "bus error",
+    signal.SIGFPE: "floating point exception",
+    signal.SIGKILL: "killed",
+    signal.SIGUSR1: "user defined signal 1",
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGUSR2: "user defined signal 2",
+    signal.SIGPIPE: "broken pipe",
+    signal.SIGALRM: "alarm clock",
+    signal.SIGTERM: "terminated",
+}
+
+
+class CommandNotFound(HookrunnerError):
+    """exec.LookPath failed; the text is Go's (`exec: "x": executable file not found in $PATH`)."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """Combined stdout+stderr and, when the command failed, Go's error text for it."""
+
+    output: bytes
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def go_errno_text(err: OSError) -> str:
+    """Go's syscall.Errno text: glibc's message with a lower-case first letter."""
+    text = os.strerror(err.errno) if err.errno else str(err)
+    return text[:1].lower() + text[1:]
+
+
+def _check_executable(path: str) -> None:
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise CommandNotFound(f'exec: "{path}": stat {path}: {go_errno_text(exc)}') from exc
+    if stat.S_ISDIR(info.st_mode) or not os.access(path, os.X_OK):
+        raise CommandNotFound(f'exec: "{path}": permission denied')
+
+
+def look_path(command: str) -> str:
+    """Go's exec.LookPath: a name with a slash is checked as it is, any other is searched on PATH."""
+    if "/" in command:
+        _check_executable(command)
+        return command
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = os.path.join(directory or ".", command)
+        try:
+            _check_executable(candidate)
+        except CommandNotFound:
+            continue
+        return candidate
+    raise CommandNotFound(f'exec: "{command}": executable file not found in $PATH')
+
+
+def resolve_command(hook: Hook) -> str:
+    """webhook's rule: absolute as is; else relative to command-working-directory; else from PATH."""
+    command = hook.execute_command
+    if os.path.isabs(command) or not hook.command_working_directory:
+        return look_path(command)
+    return look_path(os.path.join(hook.command_working_directory, command))
+
+
+def _decode_base64(text: str) -> bytes:
+    """Go's StdEncoding.DecodeString keeps the bytes decoded before an error; so do we."""
+    data = text.encode("utf-8", "surrogateescape")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        log.printf("error decoding string [%s]", exc)
+        good = len(data) - len(data) % 4
+        while good:
+            try:
+                return base64.b64decode(data[:good], validate=True)
+            except (binascii.Error, ValueError):
+                good -= 4
+        return b""
+
+
+def _values(req: Request, args: tuple[Argument, ...], what: str) -> list[tuple[Argument, str | None]]:
+    result: list[tuple[Argument, str | None]] = []
+    for arg in args:
+        try:
+            result.append((arg, argument_value(arg, req)))
+        except HookrunnerError:
+            log.request(req.id, f"error extracting command arguments{what}: {ArgumentError(arg)}\n")
+            result.append((arg, None))
+    return result
+
+
+def _exit_text(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    sig = -returncode
+    try:
+        name = _SIGNAL_TEXT.get(signal.Signals(sig), f"signal {sig}")
+    except ValueError:
+        name = f"signal {sig}"
+    return f"signal: {name}"
+
+
+class CommandRunner:
+    """Runs hook commands, each in its own process group, and remembers them for a clean shutdown."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._processes: set[subprocess.Popen[bytes]] = set()
+        self._threads: set[threading.Thread] = set()
+        self._closing = False
+
+    @property
+    def running(self) -> int:
+        with self._lock:
+            return len(self._processes)
+
+    def start(self, hook: Hook, req: Request) -> None:
+        """Run in the background (webhook's `go handleHook`); the thread is tracked until it ends."""
+        thread = threading.Thread(
+            target=self._background, args=(hook, req), name=f"hook-{req.id}", daemon=True
+        )
+        with self._lock:
+            self._threads.add(thread)
+        thread.start()
+
+    def _background(self, hook: Hook, req: Request) -> None:
+        try:
+            self.run(hook, req)
+        except Exception as exc:  # noqa: BLE001 - a background command must never kill its thread silently
+            log.request(req.id, f"error running command: {exc}")
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+
+    def run(self, hook: Hook, req: Request) -> CommandResult:
+        """Run the hook's command for this request and wait for it."""
+        try:
+            path = resolve_command(hook)
+        except CommandNotFound as exc:
+            log.request(req.id, f"error in {exc}")
+            if " " in hook.execute_command:
+                first = hook.execute_command.split()[0]
+                log.request(req.id, f"use 'pass-arguments-to-command' to specify args for '{first}'")
+            return CommandResult(b"", str(exc))
+
+        argv = [hook.execute_command]
+        argv += [value or "" for _, value in _values(req, hook.pass_arguments, "")]
+        envs: list[str] = []
+        for arg, value in _values(req, hook.pass_environment, " for environment"):
+            if value is not None:
+                envs.append(f"{arg.envname or 'HOOK_' + arg.name}={value}")
+        files: list[str] = []
+        for arg, value in _values(req, hook.pass_file, " for file"):
+            if value is None:
+                continue
+            envname = arg.envname
+            if not envname:
+                envname = "HOOK_" + arg.name.upper()
+                log.printf("no ENVVAR name specified, falling back to [%s]", envname)
+            data = _decode_base64(value) if arg.base64decode else value.encode("utf-8", "surrogateescape")
+            try:
+                fd, name = tempfile.mkstemp(prefix=envname, dir=hook.command_working_directory or None)
+            except OSError as exc:
+                log.request(req.id, f"error creating temp file [{exc}]")
+                continue
+            log.request(req.id, f"writing env {envname} file {name}")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+            except OSError as exc:
+                log.request(req.id, f"error writing file {name} [{exc}]")
+            files.append(name)
+            envs.append(f"{envname}={name}")
+
+        env = dict(os.environ)
+        for entry in envs:
+            key, _, value = entry.partition("=")
+            env[key] = value
+        cwd = hook.command_working_directory
+        quoted = " ".join(go_quote(a) for a in argv)
+        log.request(
+            req.id,
+            f"executing {hook.execute_command} ({path}) with arguments [{quoted}] "
+            f"and environment [{' '.join(envs)}] using {cwd} as cwd\n",
+        )
+        output, error = self._spawn(path, argv, env, cwd or None)
+        log.request(req.id, f"command output: {output.decode('utf-8', 'replace')}\n")
+        if error is not None:
+            log.request(req.id, f"error occurred: {error}\n")
+        for name in files:
+            log.request(req.id, f"removing file {name}\n")
+            try:
+                os.remove(name)
+            except OSError as exc:
+                log.request(req.id, f"error removing file {name} [{exc}]")
+        log.request(req.id, f"finished handling {hook.id}\n")
+        return CommandResult(output, error)
+
+    def _spawn(
+        self, path: str, argv: list[str], env: dict[str, str], cwd: str | None
+    ) -> tuple[bytes, str | None]:
+        try:
+            process = subprocess.Popen(
+                argv,
+                executable=path,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: a timeout or shutdown can end all of it
+            )
+        except OSError as exc:
+            return b"", f"fork/exec {path}: {go_errno_text(exc)}"
+        with self._lock:
+            self._processes.add(process)
+        try:
+            output, _ = process.communicate()
+        finally:
+            with self._lock:
+                self._processes.discard(process)
+        if process.returncode != 0:
+            return output, _exit_text(process.returncode)
+        return output, None
+
+    def shutdown(self, grace: float) -> None:
+        """Wait up to `grace` seconds for running commands, then kill what is left, group and all."""
+        deadline = time.monotonic() + max(grace, 0.0)
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._processes and not self._threads:
+                    return
+            time.sleep(0.05)
+        with self._lock:
+            leftovers = list(self._processes)
+        for process in leftovers:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except OSError:
+                pass
