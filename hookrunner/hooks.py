@@ -13,7 +13,17 @@ from hookrunner.config import Header
 from hookrunner.errors import DuplicateHookError, HooksFileError
 from hookrunner.log import log
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc]
+    """YAML 1.1 as Go's yaml.v2 reads it into interface{}: dates stay strings."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
+}
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,10 @@ def _go_float_string(value: float) -> str:
     """ghodss/yaml turns a YAML float read into a string field into strconv's 'g', -1, 32 form."""
     import struct
 
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
     f32 = struct.unpack("f", struct.pack("f", value))[0]
     for precision in range(1, 10):
         text = f"{f32:.{precision}e}"
@@ -93,7 +107,7 @@ def _go_float_string(value: float) -> str:
     digits = mantissa.replace("-", "").replace(".", "").rstrip("0") or "0"
     exponent = int(exp_text)
     sign = "-" if f32 < 0 else ""
-    if exponent < -4 or exponent >= 21:
+    if exponent < -4 or exponent >= 6:  # strconv's shortest 'g' switches to an exponent at 1e6
         frac = f".{digits[1:]}" if len(digits) > 1 else ""
         return f"{sign}{digits[0]}{frac}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
     if exponent < 0:

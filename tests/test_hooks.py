@@ -1,0 +1,186 @@
+"""Hooks files decode as webhook decodes them, and the registry swaps whole, consistent sets."""
+
+from pathlib import Path
+
+import pytest
+
+from hookrunner.config import Header
+from hookrunner.errors import DuplicateHookError, HooksFileError
+from hookrunner.hooks import Argument, HookRegistry, go_string, parse_hooks
+
+FULL_YAML = """
+- id: full
+  execute-command: /bin/echo
+  command-working-directory: /tmp
+  response-message: done
+  response-headers:
+  - name: X-A
+    value: 1
+  include-command-output-in-response: true
+  include-command-output-in-response-on-error: yes
+  pass-arguments-to-command:
+  - source: payload
+    name: ref
+  pass-environment-to-command:
+  - source: header
+    name: X-Event
+    envname: EVENT
+  pass-file-to-command:
+  - source: payload
+    name: blob
+    base64decode: true
+  parse-parameters-as-json:
+  - source: payload
+    name: inner
+  trigger-rule-mismatch-http-response-code: 400
+  trigger-signature-soft-failures: true
+  incoming-payload-content-type: application/json
+  success-http-response-code: 201
+  http-methods: ["Post ", get]
+  trigger_rule: {}
+"""
+
+
+def test_every_field_is_read() -> None:
+    (hook,) = parse_hooks(FULL_YAML)
+    assert hook.id == "full"
+    assert hook.execute_command == "/bin/echo"
+    assert hook.command_working_directory == "/tmp"
+    assert hook.response_message == "done"
+    assert hook.response_headers == (Header("X-A", "1"),)
+    assert hook.capture_output is True
+    assert hook.capture_output_on_error is True  # YAML 1.1 `yes`, as Go's yaml.v2 reads it
+    assert hook.pass_arguments == (Argument("payload", "ref"),)
+    assert hook.pass_environment == (Argument("header", "X-Event", "EVENT"),)
+    assert hook.pass_file == (Argument("payload", "blob", "", True),)
+    assert hook.json_parameters == (Argument("payload", "inner"),)
+    assert hook.mismatch_status == 400
+    assert hook.signature_soft_failures is True
+    assert hook.incoming_payload_content_type == "application/json"
+    assert hook.success_status == 201
+    assert hook.http_methods == ("Post ", "get")
+    assert hook.trigger_rule is None
+    assert "trigger_rule" in hook.extra  # the misspelling webhook silently ignores
+
+
+def test_json_and_yaml_read_the_same() -> None:
+    json_text = (
+        '[{"id": "a", "execute-command": "/bin/true", "response-headers": [{"name": "X", "value": "y"}]}]'
+    )
+    yaml_text = "- id: a\n  execute-command: /bin/true\n  response-headers:\n  - {name: X, value: y}\n"
+    assert parse_hooks(json_text) == parse_hooks(yaml_text)
+
+
+def test_keys_match_case_insensitively_like_encoding_json() -> None:
+    (hook,) = parse_hooks('[{"ID": "x", "Execute-Command": "/bin/true", "RESPONSE-MESSAGE": "m"}]')
+    assert (hook.id, hook.execute_command, hook.response_message) == ("x", "/bin/true", "m")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(1, "1"), (True, "true"), (False, "false"), (1.5, "1.5"), (1.0, "1"), (0.1, "0.1"), (1e21, "1e+21"),
+     (123456.0, "123456"), (1234567.0, "1.234567e+06"), (123456789.0, "1.2345679e+08"), (1e-5, "1e-05"),
+     (float("inf"), "+Inf"), (None, ""), ("s", "s")],
+)  # fmt: skip
+def test_scalars_become_strings_as_ghodss_yaml_makes_them(value: object, expected: str) -> None:
+    assert go_string(value, "Hook.id") == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"id": "not a list"}',
+        '[{"id": "a", "success-http-response-code": "200"}]',
+        '[{"id": "a", "include-command-output-in-response": "true"}]',
+        '[{"id": "a", "http-methods": "POST"}]',
+        '[{"id": "a", "pass-arguments-to-command": {"source": "x"}}]',
+        "- id: [unclosed",
+    ],
+)
+def test_type_errors_fail_the_whole_file(text: str) -> None:
+    with pytest.raises(HooksFileError):
+        parse_hooks(text)
+
+
+def test_dates_stay_strings() -> None:
+    (hook,) = parse_hooks("- id: 2026-11-22\n")
+    assert hook.id == "2026-11-22"
+
+
+def test_empty_file_has_no_hooks() -> None:
+    assert parse_hooks("") == []
+
+
+def write(path: Path, ids: list[str]) -> str:
+    path.write_text("".join(f"- id: {i}\n  execute-command: /bin/true\n" for i in ids))
+    return str(path)
+
+
+def test_registry_loads_and_matches(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.yaml", ["one", "two"])
+    b = write(tmp_path / "b.yaml", ["three"])
+    registry = HookRegistry([a, b])
+    registry.load_initial()
+    assert len(registry) == 3
+    assert registry.match("three") is not None
+    assert registry.match("nope") is None
+
+
+def test_duplicate_across_files_is_fatal_at_startup(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.yaml", ["one"])
+    b = write(tmp_path / "b.yaml", ["one"])
+    with pytest.raises(DuplicateHookError, match="one has already been loaded"):
+        HookRegistry([a, b]).load_initial()
+
+
+def test_broken_file_at_startup_is_skipped_but_kept_watchable(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.yaml", ["one"])
+    broken = tmp_path / "b.yaml"
+    broken.write_text("- id: [")
+    registry = HookRegistry([a, str(broken)])
+    registry.load_initial()
+    assert len(registry) == 1
+    write(broken, ["two"])
+    assert registry.reload_file(str(broken)) is True
+    assert registry.match("two") is not None
+
+
+def test_reload_keeps_previous_hooks_on_error(tmp_path: Path) -> None:
+    path = tmp_path / "h.yaml"
+    registry = HookRegistry([write(path, ["one"])])
+    registry.load_initial()
+    path.write_text("- id: [")
+    assert registry.reload_file(str(path)) is False
+    assert registry.match("one") is not None
+
+
+def test_reload_reverts_on_duplicates(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.yaml", ["one"])
+    b = tmp_path / "b.yaml"
+    registry = HookRegistry([a, write(b, ["two"])])
+    registry.load_initial()
+    write(b, ["one"])  # taken by a.yaml
+    assert registry.reload_file(str(b)) is False
+    write(b, ["two", "two"])  # twice in the same file
+    assert registry.reload_file(str(b)) is False
+    assert registry.match("two") is not None
+    write(b, ["three"])
+    assert registry.reload_file(str(b)) is True
+    assert registry.match("two") is None and registry.match("three") is not None
+
+
+def test_remove_and_recreate(tmp_path: Path) -> None:
+    path = tmp_path / "h.yaml"
+    registry = HookRegistry([write(path, ["one", "two"])])
+    registry.load_initial()
+    assert registry.remove_file(str(path)) == 2
+    assert len(registry) == 0
+    write(path, ["one"])
+    assert registry.reload_file(str(path)) is True
+    assert registry.match("one") is not None
+
+
+def test_missing_file_is_an_error(tmp_path: Path) -> None:
+    registry = HookRegistry([str(tmp_path / "nope.json")])
+    registry.load_initial()
+    assert len(registry) == 0
