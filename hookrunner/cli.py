@@ -1,0 +1,360 @@
+"""The `hookrunner` command: webhook's start-up sequence, from flags to a bound socket, hooks and serving."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from types import FrameType
+
+from hookrunner import tls
+from hookrunner.config import Config
+from hookrunner.errors import DuplicateHookError, UsageError
+from hookrunner.flags import parse_args
+from hookrunner.log import configure, log
+
+#: The upstream release whose behaviour hookrunner follows.
+WEBHOOK_COMPATIBLE = "2.8.2"
+
+NO_HOOKS_MESSAGE = (
+    "couldn't load any hooks from file!\n"
+    "aborting webhook execution since the -verbose flag is set to false.\n"
+    "If, for some reason, you want webhook to start without the hooks, either use -verbose flag, or -nopanic"
+)
+
+
+def hookrunner_version() -> str:
+    try:
+        return package_version("hookrunner")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+class ListenError(Exception):
+    """The listening socket could not be opened; the text follows Go's net error wording."""
+
+    def __init__(self, message: str, on: str = "port") -> None:
+        super().__init__(message)
+        self.on = on  # webhook says `error listening on socket` or `error listening on port`
+
+
+@dataclass
+class Listener:
+    """An open, listening socket and how webhook names it in `serving hooks on ...`."""
+
+    sock: socket.socket
+    address: str
+    unix_path: str = ""  # a filesystem socket we created, removed again on exit
+    from_systemd: bool = False
+
+
+def _errno_text(err: OSError) -> str:
+    """Go prints errno texts in lower case (`address already in use`)."""
+    text = err.strerror or str(err)
+    return text[:1].lower() + text[1:]
+
+
+def _split_host_port(address: str) -> tuple[str, str]:
+    """Go's net.SplitHostPort, enough for `-ip` and `-port` joined with a colon."""
+    if address.startswith("["):
+        end = address.find("]")
+        if end < 0:
+            raise ListenError(f"listen tcp: address {address}: missing ']' in address")
+        if address[end + 1 : end + 2] != ":":
+            raise ListenError(f"listen tcp: address {address}: missing port in address")
+        return address[1:end], address[end + 2 :]
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        raise ListenError(f"listen tcp: address {address}: missing port in address")
+    if ":" in host:
+        raise ListenError(f"listen tcp: address {address}: too many colons in address")
+    return host, port
+
+
+def listen_tcp(ip: str, port: int) -> Listener:
+    """Listen like Go's net.Listen("tcp", ip:port): a wildcard address listens on IPv4 and IPv6 at once."""
+    address = f"{ip}:{port}"
+    host, port_text = _split_host_port(address)
+    if not 0 <= port <= 65535:
+        raise ListenError(f"listen tcp: address {port_text}: invalid port")
+    candidates: list[tuple[socket.AddressFamily, tuple[str, int]]] = []
+    if host in ("", "0.0.0.0", "::") and socket.has_ipv6:
+        candidates.append((socket.AF_INET6, ("::", port)))
+        if host != "::":
+            candidates.append((socket.AF_INET, ("0.0.0.0", port)))
+    else:
+        try:
+            infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except socket.gaierror:
+            raise ListenError(f"listen tcp: lookup {host}: no such host") from None
+        candidates = [(family, sockaddr[:2]) for family, _, _, _, sockaddr in infos]  # type: ignore[misc]
+    last: OSError | None = None
+    for family, sockaddr in candidates:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and sockaddr[0] == "::":
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind(sockaddr)
+            sock.listen(socket.SOMAXCONN)
+        except OSError as err:
+            sock.close()
+            last = err
+            if err.errno == errno.EADDRINUSE:
+                break
+            continue
+        return Listener(sock, address)
+    detail = _errno_text(last) if last else "no suitable address found"
+    raise ListenError(f"listen tcp {address}: bind: {detail}")
+
+
+def listen_unix(path: str) -> Listener:
+    """Listen on a Unix socket; a stale socket file nobody listens on is replaced. `@name` is abstract."""
+    abstract = path.startswith("@")
+    target = "\0" + path[1:] if abstract else path
+    if not abstract:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            mode = 0
+        if stat.S_ISSOCK(mode):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(path)
+            except ConnectionRefusedError:
+                os.unlink(path)  # left behind by a process that died without cleaning up
+            except OSError:
+                pass
+            finally:
+                probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(target)
+        sock.listen(socket.SOMAXCONN)
+    except OSError as err:
+        sock.close()
+        raise ListenError(f"listen unix {path}: bind: {_errno_text(err)}", on="socket") from None
+    return Listener(sock, f"{{unix:{path}}}", unix_path="" if abstract else path)
+
+
+def systemd_listener() -> Listener | None:
+    """The socket systemd passed us (LISTEN_PID/LISTEN_FDS), if any; the variables are then cleared."""
+    try:
+        listen_pid = int(os.environ.get("LISTEN_PID", "0"))
+        count = int(os.environ.get("LISTEN_FDS", "0"))
+    except ValueError:
+        return None
+    if listen_pid != os.getpid() or count == 0:
+        return None
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)
+    if count > 1:
+        raise ListenError(f"received {count} sockets from systemd, but only 1 is supported", on="socket")
+    sock = socket.socket(fileno=3)
+    name = sock.getsockname()
+    if sock.family == socket.AF_UNIX:
+        text = name.decode(errors="replace").replace("\0", "@") if isinstance(name, bytes) else name
+        address = f"{{unix:{text}}}"
+    elif sock.family == socket.AF_INET6:
+        address = f"[{name[0]}]:{name[1]}"
+    else:
+        address = f"{name[0]}:{name[1]}"
+    return Listener(sock, address, from_systemd=True)
+
+
+def open_listener(config: Config) -> Listener:
+    """webhook's order: systemd's socket, else -socket, else -ip and -port."""
+    listener = systemd_listener()
+    if listener is not None:
+        return listener
+    if config.socket:
+        if config.setuid or config.setgid:
+            raise ListenError(
+                "-setuid and -setgid cannot be used with -socket; to bind the socket as root and run "
+                "as another user, use systemd socket activation",
+                on="socket",
+            )
+        return listen_unix(config.socket)
+    return listen_tcp(config.ip, config.port)
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+
+
+def _go_fatal_plain(message: str) -> int:
+    """Go's log.Fatalln before webhook sets its prefix: date, time, message, exit 1."""
+    sys.stderr.write(f"{time.strftime('%Y/%m/%d %H:%M:%S')} {message}\n")
+    return 1
+
+
+def create_pidfile(path: str) -> None:
+    """Write our pid; refuse when the pid already in the file belongs to a running process."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            old = int(handle.read().strip())
+    except (OSError, ValueError):
+        old = 0
+    if old > 0 and os.path.exists(f"/proc/{old}"):
+        raise OSError(f"pid file found, ensure webhook is not running or delete {path}")
+    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(str(os.getpid()))
+
+
+def _oserror_text(err: OSError) -> str:
+    """An OSError as Go's *PathError prints: `open /x/y: no such file or directory`."""
+    if err.filename is not None and err.strerror:
+        op = "mkdir" if isinstance(err, FileExistsError) else "open"
+        return f"{op} {err.filename}: {_errno_text(err)}"
+    return str(err)
+
+
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run hookrunner with `argv` (default: the process's arguments); return the exit status."""
+    try:
+        config = parse_args(sys.argv[1:] if argv is None else argv)
+    except UsageError as err:
+        sys.stderr.write(str(err))
+        return err.exit_code
+
+    if config.version:
+        print(f"hookrunner version {hookrunner_version()} (webhook {WEBHOOK_COMPATIBLE} compatible)")
+        return 0
+
+    if config.list_cipher_suites:
+        try:
+            names = tls.supported_cipher_names(config.tls_min_version)
+        except tls.TLSSettingError as err:
+            return _go_fatal_plain(str(err))
+        sys.stdout.write("".join(f"{name}\n" for name in names))
+        return 0
+
+    if (config.setuid or config.setgid) and not (config.setuid and config.setgid):
+        print("error: setuid and setgid options must be used together")
+        return 1
+
+    # Until the hooks are served, a stop request simply ends start-up (through the clean-up below);
+    # a reload request has nothing to reload yet.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGINT, _exit_on_signal)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+    # Problems found before logging is set up are queued, as webhook does, so they reach -logfile.
+    problems: list[str] = []
+    listener: Listener | None = None
+    try:
+        listener = open_listener(config)
+    except ListenError as err:
+        problems.append(f"error listening on {err.on}: {err}")
+    if config.setuid:
+        try:
+            drop_privileges(config.setuid, config.setgid)
+        except OSError as err:
+            problems.append(f"error dropping privileges: {_errno_text(err)}")
+    if config.logfile:
+        try:
+            configure(True, config.logfile)
+        except OSError as err:
+            problems.append(f'error opening log file "{config.logfile}": {_oserror_text(err)}')
+    else:
+        configure(True)
+    if problems:
+        for problem in problems:
+            log.output(problem)
+        return 1
+    assert listener is not None
+    log.enabled = config.log_enabled
+
+    master = os.getpid()
+    pidfile = ""
+    try:
+        if config.pidfile:
+            try:
+                create_pidfile(config.pidfile)
+            except OSError as err:
+                log.output(f"Error creating pidfile: {_oserror_text(err)}")
+                return 1
+            pidfile = config.pidfile
+        return _run(config, listener)
+    finally:
+        if os.getpid() == master:
+            if pidfile:
+                try:
+                    os.remove(pidfile)
+                except OSError as err:
+                    log.output(_oserror_text(err).replace("open ", "remove ", 1))
+            if listener.unix_path and not listener.from_systemd:
+                try:
+                    os.remove(listener.unix_path)
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    log.output(f"Failed to remove socket file {listener.unix_path}: {err}")
+
+
+def _run(config: Config, listener: Listener) -> int:
+    """From `version ... starting` to serving; returns only when the server has stopped."""
+    # Imported here so that -version, -h and flag errors stay fast.
+    from hookrunner.app import create_app
+    from hookrunner.executor import CommandRunner
+    from hookrunner.hooks import HookRegistry
+    from hookrunner.serve import serve
+
+    log.output(f"version {hookrunner_version()} starting")
+    log.output("setting up os signal watcher")
+
+    registry = HookRegistry(config.hooks_files, config.template)
+    try:
+        registry.load_initial()
+    except DuplicateHookError as err:
+        log.output(str(err))
+        return 1
+
+    if not config.log_enabled and not config.nopanic and len(registry) == 0:
+        log.set_output(sys.stdout)
+        log.enabled = True
+        log.output(NO_HOOKS_MESSAGE)
+        return 1
+
+    if config.hotreload:
+        for path in registry.files:
+            log.output(f"setting up file watcher for {path}")
+
+    scheme = "http"
+    if config.secure:
+        scheme = "https"
+        try:
+            tls.min_version(config.tls_min_version)
+            tls.openssl_cipher_string(config.cipher_suites)
+        except tls.TLSSettingError as err:
+            log.output(str(err))
+            return 1
+        for path in (config.cert, config.key):
+            if not os.path.exists(path):
+                log.output(f"open {path}: no such file or directory")
+                return 1
+
+    runner = CommandRunner()
+    app = create_app(config, registry, runner)
+    base = f"/{config.urlprefix}" if config.urlprefix else ""
+    log.output(f"serving hooks on {scheme}://{listener.address}{base}/{{id}}")
+    log.output("os signal watcher ready")
+    fd = listener.sock.detach()
+    serve(config, app, registry, runner, fd)
+    return 0

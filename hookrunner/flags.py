@@ -1,0 +1,278 @@
+"""A small clone of Go's `flag` package: webhook's command line, errors and usage text, into a Config."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hookrunner.config import Config, Header
+from hookrunner.errors import UsageError
+
+PROGRAM = "hookrunner"
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+
+# Go's strconv.ParseBool accepts exactly these spellings.
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+class FlagValueError(ValueError):
+    """A value a flag cannot take; the text is what Go appends after `for flag -x: `."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One command-line flag. `kind` picks the parser and the type word shown in the usage text."""
+
+    name: str
+    kind: str  # "bool", "string", "int", "list" (repeatable string) or "header" (repeatable name=value)
+    usage: str
+    field: str
+    default: Any = None
+
+    @property
+    def type_word(self) -> str:
+        # Go's flag.UnquoteUsage: bools show nothing, flag.Var values show "value", int64 shows "int".
+        return {"bool": "", "string": "string", "int": "int", "list": "value", "header": "value"}[self.kind]
+
+    def default_text(self) -> str:
+        """The ` (default ...)` suffix, left out for a zero value as Go leaves it out."""
+        if self.kind in ("bool", "list", "header") or not self.default:
+            return ""
+        if self.kind == "string":
+            return f" (default {go_quote(self.default)})"
+        return f" (default {self.default})"
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("cert", "string", "path to the HTTPS certificate pem file", "cert", "cert.pem"),
+    Flag("cipher-suites", "string", "comma-separated list of supported TLS cipher suites", "cipher_suites"),
+    Flag("debug", "bool", "show debug output", "debug"),
+    Flag(
+        "header",
+        "header",
+        "response header to return, specified in format name=value, "
+        "use multiple times to set multiple headers",
+        "headers",
+    ),
+    Flag(
+        "hooks",
+        "list",
+        "path to the json file containing defined hooks the webhook should serve, "
+        "use multiple times to load from different files",
+        "hooks",
+    ),
+    Flag("hotreload", "bool", "watch hooks file for changes and reload them automatically", "hotreload"),
+    Flag(
+        "http-methods",
+        "string",
+        'set default allowed HTTP methods (ie. "POST"); separate methods with comma',
+        "http_methods",
+        "",
+    ),
+    Flag("ip", "string", "ip the webhook should serve hooks on", "ip", "0.0.0.0"),
+    Flag("key", "string", "path to the HTTPS certificate private key pem file", "key", "key.pem"),
+    Flag("list-cipher-suites", "bool", "list available TLS cipher suites", "list_cipher_suites"),
+    Flag("logfile", "string", "send log output to a file; implicitly enables verbose logging", "logfile", ""),
+    Flag(
+        "max-multipart-mem",
+        "int",
+        "maximum memory in bytes for parsing multipart form data before disk caching",
+        "max_multipart_mem",
+        1 << 20,
+    ),
+    Flag(
+        "nopanic",
+        "bool",
+        "do not panic if hooks cannot be loaded when webhook is not running in verbose mode",
+        "nopanic",
+    ),
+    Flag("pidfile", "string", "create PID file at the given path", "pidfile", ""),
+    Flag("port", "int", "port the webhook should serve hooks on", "port", 9000),
+    Flag("secure", "bool", "use HTTPS instead of HTTP", "secure"),
+    Flag("setgid", "int", "set group ID after opening listening port; must be used with setuid", "setgid", 0),
+    Flag("setuid", "int", "set user ID after opening listening port; must be used with setgid", "setuid", 0),
+    Flag(
+        "socket",
+        "string",
+        "path of a Unix socket to listen on (e.g. /tmp/webhook.sock) instead of the ip and port, "
+        "which are then ignored",
+        "socket",
+        "",
+    ),
+    Flag("template", "bool", "parse hooks file as a Go template", "template"),
+    Flag("tls-min-version", "string", "minimum TLS version (1.0, 1.1, 1.2, 1.3)", "tls_min_version", "1.2"),
+    Flag(
+        "urlprefix",
+        "string",
+        "url prefix to use for served hooks (protocol://yourserver:port/PREFIX/:hook-id)",
+        "urlprefix",
+        "hooks",
+    ),
+    Flag("verbose", "bool", "show verbose output", "verbose"),
+    Flag("version", "bool", "display webhook version and quit", "version"),
+    Flag("x-request-id", "bool", "use X-Request-Id header, if present, as request ID", "x_request_id"),
+    Flag(
+        "x-request-id-limit",
+        "int",
+        "truncate X-Request-Id header to limit; default no limit",
+        "x_request_id_limit",
+        0,
+    ),
+)
+
+_BY_NAME = {flag.name: flag for flag in FLAGS}
+
+
+def go_quote(text: str) -> str:
+    """Go's %q for the plain strings flag defaults are made of."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return f'"{escaped}"'
+
+
+def usage_text(program: str = PROGRAM) -> str:
+    """`Usage of <program>:` and every flag, sorted, in the layout of Go's flag.PrintDefaults."""
+    lines = [f"Usage of {program}:"]
+    for flag in sorted(FLAGS, key=lambda f: f.name):
+        head = f"  -{flag.name}"
+        if flag.type_word:
+            head += f" {flag.type_word}"
+        # Go puts a one-letter bool's description on the same line; every webhook flag is longer.
+        head += "\t" if len(head) <= 4 else "\n    \t"
+        lines.append(head + flag.usage.replace("\n", "\n    \t") + flag.default_text())
+    return "\n".join(lines) + "\n"
+
+
+def _digits_ok(body: str, base: int) -> bool:
+    allowed = "0123456789abcdef"[:base]
+    return bool(body) and all(ch in allowed for ch in body.lower())
+
+
+def _underscores_ok(text: str) -> bool:
+    """Go's strconv.underscoreOK: an underscore only between digits, or right after a base prefix."""
+    saw = "^"
+    i = 0
+    if text[:1] in "+-":
+        text = text[1:]
+    hex_digits = False
+    if len(text) >= 2 and text[0] == "0" and text[1].lower() in "bxo":
+        i = 2
+        saw = "0"
+        hex_digits = text[1].lower() == "x"
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or (hex_digits and ch.lower() in "abcdef"):
+            saw = "0"
+        elif ch == "_":
+            if saw != "0":
+                return False
+            saw = "_"
+        else:
+            if saw == "_":
+                return False
+            saw = "!"
+        i += 1
+    return saw != "_"
+
+
+def parse_go_int(text: str) -> int:
+    """strconv.ParseInt(text, 0, 64): sign, 0x/0o/0b or leading-0 octal prefixes, Go's underscore rules."""
+    body = text
+    negative = False
+    if body[:1] in "+-":
+        negative = body[0] == "-"
+        body = body[1:]
+    base = 10
+    if len(body) >= 2 and body[0] == "0" and body[1].lower() in "xob":
+        base = {"x": 16, "o": 8, "b": 2}[body[1].lower()]
+        body = body[2:]
+    elif len(body) >= 1 and body[0] == "0":
+        base = 8
+        body = body[1:] or "0"
+    underscored = "_" in body
+    if underscored and not _underscores_ok(text):
+        raise FlagValueError("parse error")
+    body = body.replace("_", "")
+    if not _digits_ok(body, base):
+        raise FlagValueError("parse error")
+    value = int(body, base)
+    value = -value if negative else value
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise FlagValueError("value out of range")
+    return value
+
+
+def parse_go_bool(text: str) -> bool:
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise FlagValueError("parse error")
+
+
+def _fail(message: str, program: str) -> UsageError:
+    return UsageError(f"{message}\n{usage_text(program)}", exit_code=2)
+
+
+def parse_args(argv: Sequence[str], program: str = PROGRAM) -> Config:
+    """Parse argv (without the program name) as Go's flag.Parse would, into a frozen Config.
+
+    Raises UsageError whose message is everything Go would print to stderr; exit code 0 for -h/-help.
+    Like Go, parsing stops at the first non-flag argument or after `--`; what follows is ignored.
+    """
+    values: dict[str, Any] = {}
+    hooks: list[str] = []
+    headers: list[Header] = []
+    args = list(argv)
+    while args:
+        arg = args[0]
+        if len(arg) < 2 or arg[0] != "-":
+            break
+        minuses = 1
+        if arg[1] == "-":
+            minuses = 2
+            if len(arg) == 2:
+                args.pop(0)
+                break
+        name = arg[minuses:]
+        if not name or name[0] in "-=":
+            raise _fail(f"bad flag syntax: {arg}", program)
+        args.pop(0)
+        has_value = "=" in name
+        value = ""
+        if has_value:
+            name, value = name.split("=", 1)
+        flag = _BY_NAME.get(name)
+        if flag is None:
+            if name in ("h", "help"):
+                raise UsageError(usage_text(program), exit_code=0)
+            raise _fail(f"flag provided but not defined: -{name}", program)
+        if flag.kind == "bool":
+            # A bool never takes the next argument: `-verbose false` stops parsing at `false`.
+            try:
+                values[flag.field] = parse_go_bool(value) if has_value else True
+            except FlagValueError as err:
+                raise _fail(f"invalid boolean value {go_quote(value)} for -{name}: {err}", program) from None
+            continue
+        if not has_value:
+            if not args:
+                raise _fail(f"flag needs an argument: -{name}", program)
+            value = args.pop(0)
+        try:
+            if flag.kind == "int":
+                values[flag.field] = parse_go_int(value)
+            elif flag.kind == "list":
+                hooks.append(value)
+            elif flag.kind == "header":
+                header_name, sep, header_value = value.partition("=")
+                if not sep:
+                    raise FlagValueError("header flag must be in name=value format")
+                headers.append(Header(header_name, header_value))
+            else:
+                values[flag.field] = value
+        except FlagValueError as err:
+            raise _fail(f"invalid value {go_quote(value)} for flag -{name}: {err}", program) from None
+    return Config(**values, hooks=tuple(hooks), headers=tuple(headers))

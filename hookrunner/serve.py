@@ -1,0 +1,254 @@
+"""Serving: gunicorn embedded in-process on an already-bound socket, with webhook's signals and TLS.
+
+One master preloads the app and the hooks (so start-up errors end the process before any fork), and one
+gthread worker serves every request, so there is one registry and reloads are seen by every request.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import gunicorn.http.wsgi
+from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
+from gunicorn.workers.gthread import ThreadWorker
+
+from hookrunner import tls
+from hookrunner.config import Config
+from hookrunner.log import log
+from hookrunner.watcher import HooksWatcher
+
+#: How long SIGTERM/SIGINT waits for running requests and commands before killing them.
+SHUTDOWN_GRACE = 25.0
+#: Threads of the worker: each request that captures a command's output holds one while it runs.
+THREADS = 64
+
+
+class Registry(Protocol):
+    """What serving needs of hooks.HookRegistry."""
+
+    @property
+    def files(self) -> tuple[str, ...]: ...
+
+    def reload_all(self) -> object: ...
+
+    def reload_file(self, path: str) -> object: ...
+
+    def remove_file(self, path: str) -> object: ...
+
+
+class Runner(Protocol):
+    """What serving needs of executor.CommandRunner."""
+
+    def shutdown(self, grace: float) -> object: ...
+
+
+class _Quiet(gunicorn.http.wsgi.Response):
+    """A response without gunicorn's `Server:` header: webhook (Go's net/http) sends none."""
+
+    def default_headers(self) -> list[str]:
+        return [line for line in super().default_headers() if not line.startswith("Server:")]
+
+
+class _Context:
+    """What the worker needs after the fork; set once by serve() before gunicorn starts."""
+
+    config: Config
+    registry: Registry
+    runner: Runner
+    ssl_context: ssl.SSLContext | None = None
+
+
+_ctx = _Context()
+
+
+def _start_reloader(registry: Registry) -> Callable[[], None]:
+    """A thread that reloads every hooks file when asked; signal handlers only enqueue."""
+    requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
+
+    def reload_forever() -> None:
+        while requests.get():
+            registry.reload_all()
+
+    threading.Thread(target=reload_forever, name="hooks-reloader", daemon=True).start()
+    return lambda: requests.put(True)
+
+
+def _start_watcher(registry: Registry) -> HooksWatcher:
+    def changed(path: str) -> None:
+        log.output(f"hooks file {path} modified")
+        registry.reload_file(path)
+
+    def removed(path: str) -> None:
+        log.output(f"hooks file {path} removed, removing hooks that were loaded from it")
+        registry.remove_file(path)
+
+    watcher = HooksWatcher(registry.files, changed, removed)
+    watcher.start()
+    return watcher
+
+
+class HookWorker(ThreadWorker):
+    """gunicorn's threaded worker with webhook's signals: HUP and USR1 reload hooks, INT is graceful."""
+
+    def init_process(self) -> None:
+        # Go's net/http sends no Server header; swap the response class in this process only.
+        gunicorn.http.wsgi.Response = _Quiet
+        self._request_reload = _start_reloader(_ctx.registry)
+        if self.age > 1:
+            # A replacement worker starts from the master's start-up hooks; catch up with the files.
+            self._request_reload()
+        self._watcher = _start_watcher(_ctx.registry) if _ctx.config.hotreload else None
+        self._stop_started = 0.0
+        super().init_process()
+
+    def init_signals(self) -> None:
+        super().init_signals()
+        signal.signal(signal.SIGHUP, self._reload_signal)
+        signal.signal(signal.SIGUSR1, self._reload_signal)
+        signal.signal(signal.SIGINT, self.handle_exit)
+        signal.siginterrupt(signal.SIGHUP, False)
+
+    def _reload_signal(self, signum: int, frame: object) -> None:
+        self._request_reload()
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if not self._stop_started:
+            self._stop_started = time.monotonic()
+        super().handle_exit(sig, frame)
+
+    def run(self) -> None:
+        super().run()
+        # Requests are done (or their grace is over); give background commands what is left of it.
+        if self._watcher is not None:
+            self._watcher.stop()
+        started = self._stop_started or time.monotonic()
+        _ctx.runner.shutdown(max(0.0, SHUTDOWN_GRACE - (time.monotonic() - started)))
+
+
+class HookArbiter(Arbiter):
+    """gunicorn's master with webhook's signal meanings instead of gunicorn's."""
+
+    def __init__(self, app: BaseApplication) -> None:
+        software = os.environ.get("SERVER_SOFTWARE")
+        super().__init__(app)
+        # gunicorn exports SERVER_SOFTWARE; hook commands inherit our environment and must not see it.
+        if software is None:
+            os.environ.pop("SERVER_SOFTWARE", None)
+        else:
+            os.environ["SERVER_SOFTWARE"] = software
+        # The socket is ours (or systemd's): gunicorn must not unlink a Unix socket path when stopping;
+        # the CLI removes the ones it created. This flag only controls that and re-exec, which is off.
+        self.systemd = True
+
+    def handle_hup(self) -> None:
+        log.output("caught HUP signal")
+        self.kill_workers(signal.SIGHUP)
+
+    def handle_usr1(self) -> None:
+        log.output("caught USR1 signal")
+        self.kill_workers(signal.SIGUSR1)
+
+    def handle_term(self) -> None:
+        log.output("caught terminated signal; exiting")
+        raise StopIteration
+
+    def handle_int(self) -> None:
+        # Ctrl-C is as graceful as SIGTERM: running commands get their grace period.
+        log.output("caught interrupt signal; exiting")
+        raise StopIteration
+
+    def handle_usr2(self) -> None:
+        pass  # gunicorn would re-exec itself; webhook has no such thing
+
+    def handle_ttin(self) -> None:
+        pass  # one worker keeps one registry; see docs/operations.md
+
+    def handle_ttou(self) -> None:
+        pass
+
+
+class HookApplication(BaseApplication):
+    """gunicorn configured from Config alone: the user never writes a gunicorn config."""
+
+    def __init__(self, wsgi_app: Any, options: dict[str, Any]) -> None:
+        self._wsgi_app = wsgi_app
+        self._options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self._options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self._wsgi_app
+
+    def run(self) -> None:
+        HookArbiter(self).run()
+
+
+def _ssl_context(conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+    assert _ctx.ssl_context is not None
+    return _ctx.ssl_context
+
+
+def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
+    """The gunicorn settings that make it behave like webhook's net/http server."""
+    options: dict[str, Any] = {
+        "bind": [f"fd://{fd}"],
+        "workers": 1,
+        "worker_class": HookWorker,
+        "threads": THREADS,
+        "preload_app": True,
+        # Commands run in the background of the worker; recycling it would cut them short.
+        "max_requests": 0,
+        "graceful_timeout": int(SHUTDOWN_GRACE) + 5,
+        "timeout": 30,
+        "keepalive": 5,
+        # net/http limits only the header block (1 MB), not lines or field counts.
+        "limit_request_line": 0,
+        "limit_request_fields": 32768,
+        "limit_request_field_size": 0,
+        # Keep headers with underscores, as Go does, instead of dropping them.
+        "header_map": "dangerous",
+        "forwarded_allow_ips": "",
+        "control_socket_disable": True,
+        "proc_name": "hookrunner",
+        "accesslog": "-" if config.debug else None,
+        "errorlog": "-",
+        "loglevel": "debug" if config.debug else "critical",
+        "http_protocols": "h1",
+    }
+    if config.secure:
+        options["certfile"] = config.cert
+        options["keyfile"] = config.key
+        options["ssl_context"] = _ssl_context
+    return options
+
+
+def serve(config: Config, wsgi_app: Any, registry: Registry, runner: Runner, fd: int) -> None:
+    """Serve until SIGTERM/SIGINT on the listening socket `fd`. Returns only in the master process.
+
+    The worker process leaves through SystemExit; callers doing clean-up must check their pid.
+    """
+    _ctx.config = config
+    _ctx.registry = registry
+    _ctx.runner = runner
+    if config.secure:
+        _ctx.ssl_context = tls.server_context(config.cert, config.key, config.tls_min_version,
+                                              config.cipher_suites)
+    app = HookApplication(wsgi_app, gunicorn_options(config, fd))
+    master = os.getpid()
+    try:
+        app.run()
+    except SystemExit as stop:
+        # gunicorn ends both the master and the forked worker with sys.exit; only the master returns.
+        if os.getpid() != master or stop.code not in (0, None):
+            raise
