@@ -155,7 +155,7 @@ def _underscores_ok(text: str) -> bool:
     """Go's strconv.underscoreOK: an underscore only between digits, or right after a base prefix."""
     saw = "^"
     i = 0
-    if text[:1] in "+-":
+    if text and text[0] in "+-":
         text = text[1:]
     hex_digits = False
     if len(text) >= 2 and text[0] == "0" and text[1].lower() in "bxo":
@@ -182,7 +182,7 @@ def parse_go_int(text: str) -> int:
     """strconv.ParseInt(text, 0, 64): sign, 0x/0o/0b or leading-0 octal prefixes, Go's underscore rules."""
     body = text
     negative = False
-    if body[:1] in "+-":
+    if body and body[0] in "+-":
         negative = body[0] == "-"
         body = body[1:]
     base = 10

@@ -1,0 +1,136 @@
+"""Go flag-package parsing: accepted spellings, Go's error texts and exit codes, the usage text."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from hookrunner.config import Config, Header
+from hookrunner.errors import UsageError
+from hookrunner.flags import parse_args, parse_go_int, usage_text
+
+ACCEPTED = [
+    (["-port", "9001"], {"port": 9001}),
+    (["--port", "9001"], {"port": 9001}),
+    (["-port=9001"], {"port": 9001}),
+    (["--port=9001"], {"port": 9001}),
+    (["-port=0x10"], {"port": 16}),
+    (["-port=010"], {"port": 8}),
+    (["-port=1_000"], {"port": 1000}),
+    (["-port=0b101"], {"port": 5}),
+    (["-port=0o17"], {"port": 15}),
+    (["-port=+5"], {"port": 5}),
+    (["-port=-5"], {"port": -5}),
+    (["-verbose"], {"verbose": True}),
+    (["-verbose=false"], {"verbose": False}),
+    (["-verbose=T"], {"verbose": True}),
+    (["-verbose=0"], {"verbose": False}),
+    (["-ip", "-port"], {"ip": "-port"}),  # a string flag takes the next argument, whatever it looks like
+    (["-urlprefix="], {"urlprefix": ""}),
+    (["-hooks", "a.json", "-hooks=b.yaml"], {"hooks": ("a.json", "b.yaml")}),
+    (["-header", "X-A=1", "-header", "X-B=x=y"], {"headers": (Header("X-A", "1"), Header("X-B", "x=y"))}),
+    (["-header", "X-Empty="], {"headers": (Header("X-Empty", ""),)}),
+    # Parsing stops at the first non-flag argument, and after `--`.
+    (["-verbose", "false", "-port", "1"], {"verbose": True}),
+    (["-port", "1", "--", "-port", "2"], {"port": 1}),
+    (["-port", "1", "extra", "-port", "2"], {"port": 1}),
+    (["-port", "1", "-", "-port", "2"], {"port": 1}),
+    (["-max-multipart-mem", "9223372036854775807"], {"max_multipart_mem": 9223372036854775807}),
+    (["-debug", "-x-request-id", "-x-request-id-limit", "8"], {"debug": True, "x_request_id": True,
+                                                             "x_request_id_limit": 8}),
+    (["-socket", "/tmp/x.sock", "-setuid", "1", "-setgid", "2"], {"socket": "/tmp/x.sock", "setuid": 1,
+                                                                   "setgid": 2}),
+    ([], {}),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), ACCEPTED, ids=[" ".join(a) or "(none)" for a, _ in ACCEPTED])
+def test_accepted_command_lines(argv: list[str], expected: dict[str, object]) -> None:
+    assert parse_args(argv) == Config(**expected)  # type: ignore[arg-type]
+
+
+REJECTED = [
+    (["-bogus"], "flag provided but not defined: -bogus"),
+    (["--bogus=1"], "flag provided but not defined: -bogus"),
+    (["-port", "abc"], 'invalid value "abc" for flag -port: parse error'),
+    (["-port="], 'invalid value "" for flag -port: parse error'),
+    (["-port", " 1"], 'invalid value " 1" for flag -port: parse error'),
+    (["-port=_1"], 'invalid value "_1" for flag -port: parse error'),
+    (["-port=1_"], 'invalid value "1_" for flag -port: parse error'),
+    (["-port=0x"], 'invalid value "0x" for flag -port: parse error'),
+    (["-port=08"], 'invalid value "08" for flag -port: parse error'),
+    (["-port=9223372036854775808"], 'invalid value "9223372036854775808" for flag -port: value out of range'),
+    (["-port"], "flag needs an argument: -port"),
+    (["-header", "foo"], 'invalid value "foo" for flag -header: header flag must be in name=value format'),
+    (["-verbose=maybe"], 'invalid boolean value "maybe" for -verbose: parse error'),
+    (["---port=1"], "bad flag syntax: ---port=1"),
+    (["-=x"], "bad flag syntax: -=x"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), REJECTED, ids=[" ".join(a) for a, _ in REJECTED])
+def test_rejected_command_lines(argv: list[str], message: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_args(argv)
+    assert caught.value.exit_code == 2
+    first, rest = str(caught.value).split("\n", 1)
+    assert first == message
+    assert rest == usage_text()
+
+
+@pytest.mark.parametrize("argv", [["-h"], ["-help"], ["--help"], ["-h=1"], ["-port", "1", "-h"]])
+def test_help_prints_usage_and_exits_zero(argv: list[str]) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_args(argv)
+    assert caught.value.exit_code == 0
+    assert str(caught.value) == usage_text()
+
+
+def test_usage_layout_is_go_flag_printdefaults() -> None:
+    text = usage_text()
+    lines = text.splitlines()
+    assert lines[0] == "Usage of hookrunner:"
+    names = [line.split()[0] for line in lines[1:] if line.startswith("  -")]
+    assert names == sorted(names)
+    assert "  -port int\n    \tport the webhook should serve hooks on (default 9000)\n" in text
+    assert '  -ip string\n    \tip the webhook should serve hooks on (default "0.0.0.0")\n' in text
+    assert "  -verbose\n    \tshow verbose output\n" in text
+    assert "  -hooks value\n" in text
+    assert "  -socket string\n" in text
+    # Zero defaults are not shown.
+    assert "(default 0)" not in text and '(default "")' not in text
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("0", 0), ("-0", 0), ("0x_1F", 31), ("0_7", 7), ("-9223372036854775808", -(1 << 63)), ("1_2_3", 123)],
+)
+def test_go_int_syntax(text: str, value: int) -> None:
+    assert parse_go_int(text) == value
+
+
+reference = pytest.mark.skipif(shutil.which("webhook") is None, reason="reference webhook not installed")
+
+
+@pytest.mark.reference
+@reference
+@pytest.mark.parametrize(("argv", "message"), REJECTED, ids=[" ".join(a) for a, _ in REJECTED])
+def test_rejections_match_the_reference(argv: list[str], message: str) -> None:
+    done = subprocess.run(["webhook", *argv], capture_output=True, text=True, timeout=10)
+    assert done.returncode == 2
+    assert done.stderr.split("\n", 1)[0] == message
+    ours = usage_text("webhook").replace("  -socket string\n", "")
+    # The Debian reference (2.8.0) predates -socket; everything else must be the same, byte for byte.
+    theirs = done.stderr.split("\n", 1)[1]
+    assert [line for line in ours.splitlines() if "Unix socket" not in line] == theirs.splitlines()
+
+
+@pytest.mark.reference
+@reference
+def test_help_matches_the_reference() -> None:
+    done = subprocess.run(["webhook", "-h"], capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0
+    ours = [line for line in usage_text("webhook").splitlines() if "socket" not in line]
+    assert ours == done.stderr.splitlines()
