@@ -1,0 +1,216 @@
+"""k8s/: every resource of the seed, valid against the Kubernetes schemas, wired together by kustomize."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from docs_support import ETC, REPO_ROOT
+
+K8S = REPO_ROOT / "k8s"
+# Kinds served by CRDs (cert-manager, Traefik): no schema in kubernetes-validate, so checked field by field.
+CRD_GROUPS = ("cert-manager.io/", "traefik.io/")
+HOST = "hooks.example.org"
+TLS_SECRET = "webhook-docs-tls"
+
+
+def kustomization() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))
+    return data
+
+
+def resources() -> list[dict[str, Any]]:
+    """Every object of the files the kustomization lists (the generated ConfigMap aside)."""
+    found: list[dict[str, Any]] = []
+    for entry in kustomization()["resources"]:
+        path = (K8S / entry).resolve()
+        if path.is_dir():
+            continue
+        found += [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
+    return found
+
+
+def find(kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    matches = [
+        r
+        for r in resources()
+        if r["kind"] == kind
+        and r["metadata"]["name"] == name
+        and (namespace is None or r["metadata"].get("namespace") == namespace)
+    ]
+    assert len(matches) == 1, f"expected one {kind} {namespace}/{name}, found {len(matches)}"
+    return matches[0]
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    listed = {(K8S / entry).resolve() for entry in kustomization()["resources"]}
+    on_disk = {p.resolve() for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml"}
+    assert on_disk <= listed
+    assert ETC.resolve() in listed
+
+
+def test_every_builtin_kind_is_valid_in_strict_mode() -> None:
+    version = kubernetes_validate.latest_version()
+    builtin = [r for r in resources() if not r["apiVersion"].startswith(CRD_GROUPS)]
+    kinds = {
+        "Namespace",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "PersistentVolumeClaim",
+        "Deployment",
+        "Service",
+    }
+    assert {r["kind"] for r in builtin} == kinds
+    for resource in builtin:
+        kubernetes_validate.validate(resource, version, strict=True)
+
+
+def test_only_crd_kinds_are_left_to_field_checks() -> None:
+    crds = sorted((r["apiVersion"], r["kind"]) for r in resources() if r["apiVersion"].startswith(CRD_GROUPS))
+    assert crds == [
+        ("cert-manager.io/v1", "Certificate"),
+        ("traefik.io/v1alpha1", "IngressRoute"),
+        ("traefik.io/v1alpha1", "Middleware"),
+    ]
+
+
+def test_deployment_is_the_seeds() -> None:
+    deployment = find("Deployment", "webhook-docs", "default")
+    assert deployment["metadata"]["labels"] == {"app": "webhook-docs"}
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["selector"]["matchLabels"] == {"app": "webhook-docs"}
+    pod = spec["template"]["spec"]
+    assert spec["template"]["metadata"]["labels"] == {"app": "webhook-docs"}
+    assert pod["serviceAccountName"] == "webhook-job-trigger"
+    [box] = pod["containers"]
+    assert box["command"] == ["/app/webhook"]
+    assert box["args"] == ["-hooks=/etc/webhook/hooks.yaml", "-hotreload", "-verbose"]
+    assert box["ports"][0]["containerPort"] == 9000
+    [config] = [v for v in pod["volumes"] if v.get("configMap")]
+    assert config["configMap"] == {"name": "webhook-etc", "defaultMode": 493}
+    [mount] = [m for m in box["volumeMounts"] if m["name"] == config["name"]]
+    assert mount["mountPath"] == "/etc/webhook"
+
+
+def test_deployment_is_production_ready() -> None:
+    pod = find("Deployment", "webhook-docs")["spec"]["template"]["spec"]
+    [box] = pod["containers"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert box[probe]["httpGet"]["path"] == "/"
+        assert box[probe]["httpGet"]["port"] in ("http", 9000)
+    assert set(box["resources"]["requests"]) == {"cpu", "memory"}
+    assert set(box["resources"]["limits"]) == {"cpu", "memory"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert box["securityContext"]["allowPrivilegeEscalation"] is False
+    assert box["securityContext"]["readOnlyRootFilesystem"] is True
+    assert box["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    # A read-only root still needs a writable /tmp for reload.sh's mktemp.
+    tmp_volumes = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+    assert any(m["mountPath"] == "/tmp" and m["name"] in tmp_volumes for m in box["volumeMounts"])
+
+
+def test_deployment_user_is_the_containerfiles() -> None:
+    pod = find("Deployment", "webhook-docs")["spec"]["template"]["spec"]
+    containerfile = (REPO_ROOT / "Containerfile").read_text(encoding="utf-8")
+    users = [line.split()[1] for line in containerfile.splitlines() if line.startswith("USER ")]
+    assert users[-1] == f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}"
+
+
+def test_service_is_the_seeds() -> None:
+    service = find("Service", "webhook", "default")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["selector"] == {"app": "webhook-docs"}
+    [port] = service["spec"]["ports"]
+    assert (port["protocol"], port["port"], port["targetPort"]) == ("TCP", 9000, 9000)
+
+
+def test_rbac_grants_create_jobs_and_nothing_else() -> None:
+    find("ServiceAccount", "webhook-job-trigger", "default")
+    roles = [r for r in resources() if r["kind"] in ("Role", "ClusterRole")]
+    bindings = [r for r in resources() if r["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["dev", "prod"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["dev", "prod"]
+    for namespace in ("dev", "prod"):
+        role = find("Role", "job-creator", namespace)
+        assert role["rules"] == [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]
+        binding = find("RoleBinding", "job-creator-binding", namespace)
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "webhook-job-trigger", "namespace": "default"}
+        ]
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "job-creator",
+        }
+
+
+def test_storage_is_one_shared_claim_per_environment() -> None:
+    for namespace in ("dev", "prod"):
+        find("Namespace", namespace)
+        claim = find("PersistentVolumeClaim", "mkdocs-pvc", namespace)
+        assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+        assert claim["spec"]["resources"]["requests"]["storage"]
+
+
+def test_certificate_is_the_seeds() -> None:
+    spec = find("Certificate", TLS_SECRET, "default")["spec"]
+    assert spec["secretName"] == TLS_SECRET
+    assert spec["issuerRef"]["kind"] == "ClusterIssuer" and spec["issuerRef"]["name"]
+    assert spec["commonName"] == HOST
+    assert spec["dnsNames"] == [HOST]
+    assert spec["privateKey"] == {"algorithm": "RSA", "encoding": "PKCS1", "size": 2048}
+    assert spec["usages"] == ["server auth", "client auth"]
+    assert (spec["duration"], spec["renewBefore"]) == ("2160h", "360h")
+    assert spec["secretTemplate"]["annotations"] == {"kubeseal-secret": "true"}
+    assert spec["secretTemplate"]["labels"] == {"domain": HOST}
+
+
+def test_ingress_route_and_rate_limit() -> None:
+    route = find("IngressRoute", "webhook-docs", "default")["spec"]
+    assert route["entryPoints"] == ["websecure"]
+    [rule] = route["routes"]
+    assert rule["kind"] == "Rule"
+    assert rule["match"] == f"Host(`{HOST}`)"
+    assert rule["middlewares"] == [{"name": "ratelimit"}]
+    assert rule["services"] == [{"name": "webhook", "port": 9000}]
+    assert route["tls"] == {"secretName": TLS_SECRET}
+    limit = find("Middleware", "ratelimit", "default")["spec"]["rateLimit"]
+    assert limit["average"] > 0 and limit["burst"] >= 1 and limit["period"]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_kustomize_builds_everything() -> None:
+    """The exact build `kubectl apply -k k8s/` performs, with kubectl's default load restrictor."""
+    built = subprocess.run(
+        ["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    objects = [doc for doc in yaml.safe_load_all(built) if doc]
+    assert len(objects) == len(resources()) + 1
+    [config_map] = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert config_map["metadata"]["name"] == "webhook-etc"  # no hash suffix: updates land in place
+    assert config_map["metadata"]["namespace"] == "default"
+    assert config_map["data"] == {
+        name: (ETC / name).read_text(encoding="utf-8")
+        for name in ("hooks.yaml", "reload.sh", "mkdocs-dev.json", "mkdocs-main.json")
+    }
+    kubernetes_validate.validate(config_map, kubernetes_validate.latest_version(), strict=True)
+    [deployment] = [o for o in objects if o["kind"] == "Deployment"]
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image.rsplit(":", 1)[1] == kustomization()["images"][0]["newTag"]
+    assert "/" in image, "the kustomization's images entry must replace the bare name"
+
+
+def test_no_secret_or_credential_is_committed() -> None:
+    kinds = {r["kind"] for r in resources()}
+    assert "Secret" not in kinds
+    for path in [*K8S.rglob("*.yaml"), *ETC.iterdir()]:
+        text = Path(path).read_text(encoding="utf-8").lower()
+        assert "begin private key" not in text and "begin rsa private key" not in text
