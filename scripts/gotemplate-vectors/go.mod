@@ -1,0 +1,3 @@
+module hookrunner.example/gotemplatevectors
+
+go 1.19
