@@ -892,10 +892,15 @@ _RULE_GO_TYPES = {
 }
 
 
-def _decode_rules(target: dict[str, Any], data: Mapping[Any, Any], path: str) -> None:
-    """Decode one rules object into `target` (and/or/not/match drafts), merging as encoding/json does."""
+def _decode_rules(
+    target: dict[str, Any], data: Mapping[Any, Any], path: str, struct_name: str = "Rules"
+) -> None:
+    """Decode one rules object into `target` (and/or/not/match drafts), merging as encoding/json does.
+
+    `struct_name` is the Go type being filled, as error messages name it: a `not` object is a NotRule.
+    """
     for name, value in _fields(data, _RULE_FIELDS):
-        where = f"Rules.{path}.{name}"
+        where = f"{struct_name}.{path}.{name}"
         if value is None:
             target[name] = None
         elif name in ("and", "or"):
@@ -916,7 +921,7 @@ def _decode_rules(target: dict[str, Any], data: Mapping[Any, Any], path: str) ->
             raise _type_error(value, where, _RULE_GO_TYPES[name])
         elif name == "not":
             element = target.get("not") or {}
-            _decode_rules(element, value, f"{path}.not")
+            _decode_rules(element, value, f"{path}.not", "NotRule")
             target["not"] = element
         else:
             element = target.get("match") or {}
