@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hookrunner.errors import PayloadParseError
+from hookrunner.errors import MultipartError, PayloadParseError
 
 
 @dataclass
@@ -573,3 +573,465 @@ def parse_xml_payload(body: bytes) -> dict[str, Any]:
         raise PayloadParseError("error parsing XML payload: EOF") from None
     except _XMLSyntaxError as exc:
         raise PayloadParseError(f"error parsing XML payload: xml.Decoder.Token() - {exc}") from None
+
+
+# --- Multipart (Go's mime/multipart ReadForm, as net/http's ParseMultipartForm runs it) ---
+
+# unicode.IsSpace, which Go's mime package trims with.
+_GO_UNICODE_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+)
+_MIME_TSPECIALS = frozenset('()<>@,;:\\"/[]?=')
+
+
+class _MediaTypeError(Exception):
+    pass
+
+
+def _consume_token(v: str) -> tuple[str, str]:
+    for i, ch in enumerate(v):
+        if not ("\x20" < ch < "\x7f") or ch in _MIME_TSPECIALS:
+            return v[:i], v[i:]
+    return v, ""
+
+
+def _consume_value(v: str) -> tuple[str, str]:
+    if not v or v[0] != '"':
+        return _consume_token(v)
+    out: list[str] = []
+    i = 1
+    while i < len(v):
+        ch = v[i]
+        if ch == '"':
+            return "".join(out), v[i + 1 :]
+        if ch == "\\" and i + 1 < len(v) and v[i + 1] in _MIME_TSPECIALS:
+            out.append(v[i + 1])
+            i += 2
+            continue
+        if ch in "\r\n":
+            return "", v
+        out.append(ch)
+        i += 1
+    return "", v
+
+
+def _percent_hex_unescape(s: str) -> str | None:
+    raw = s.encode("utf-8", "surrogateescape")
+    out = bytearray()
+    i = 0
+    while i < len(raw):
+        if raw[i] != 0x25:
+            out.append(raw[i])
+            i += 1
+            continue
+        if i + 2 >= len(raw) or raw[i + 1] not in _HEX_DIGITS or raw[i + 2] not in _HEX_DIGITS:
+            return None
+        out.append(int(raw[i + 1 : i + 3], 16))
+        i += 3
+    return _go_bytes_to_str(bytes(out))
+
+
+def _decode_2231(v: str) -> str | None:
+    parts = v.split("'", 2)
+    if len(parts) != 3 or parts[0].lower() not in ("us-ascii", "utf-8"):
+        return None
+    return _percent_hex_unescape(parts[2])
+
+
+def parse_media_type(v: str) -> tuple[str, dict[str, str]]:
+    """Go's mime.ParseMediaType (with RFC 2231 parameters); raises _MediaTypeError on what Go rejects."""
+    base = v.split(";", 1)[0]
+    media_type = base.lower().strip(_GO_UNICODE_SPACE)
+    main, rest = _consume_token(media_type)
+    if not main:
+        raise _MediaTypeError("mime: no media type")
+    if rest:
+        if not rest.startswith("/"):
+            raise _MediaTypeError("mime: expected slash after first token")
+        sub, rest = _consume_token(rest[1:])
+        if not sub:
+            raise _MediaTypeError("mime: expected token after slash")
+        if rest:
+            raise _MediaTypeError("mime: unexpected content after media subtype")
+    params: dict[str, str] = {}
+    continuations: dict[str, dict[str, str]] = {}
+    v = v[len(base) :]
+    while v:
+        v = v.lstrip(_GO_UNICODE_SPACE)
+        if not v:
+            break
+        key, value, rest = "", "", v
+        if v.startswith(";"):
+            after = v[1:].lstrip(_GO_UNICODE_SPACE)
+            token, after = _consume_token(after)
+            after = after.lstrip(_GO_UNICODE_SPACE)
+            if token and after.startswith("="):
+                after = after[1:].lstrip(_GO_UNICODE_SPACE)
+                parsed, rest2 = _consume_value(after)
+                if parsed or rest2 != after:
+                    key, value, rest = token.lower(), parsed, rest2
+        if not key:
+            if rest.strip(_GO_UNICODE_SPACE) == ";":
+                break
+            raise _MediaTypeError("mime: invalid media parameter")
+        target = params
+        if "*" in key:
+            target = continuations.setdefault(key.split("*", 1)[0], {})
+        if key in target:
+            raise _MediaTypeError("mime: duplicate parameter name")
+        target[key] = value
+        v = rest
+    for name, pieces in continuations.items():
+        if name + "*" in pieces:
+            decoded = _decode_2231(pieces[name + "*"])
+            if decoded is not None:
+                params[name] = decoded
+            continue
+        joined: list[str] = []
+        valid = False
+        n = 0
+        while True:
+            simple = f"{name}*{n}"
+            if simple in pieces:
+                valid = True
+                joined.append(pieces[simple])
+            elif simple + "*" in pieces:
+                valid = True
+                encoded = pieces[simple + "*"]
+                decoded = _decode_2231(encoded) if n == 0 else _percent_hex_unescape(encoded)
+                joined.append(decoded or "")
+            else:
+                break
+            n += 1
+        if valid:
+            params[name] = "".join(joined)
+    return media_type, params
+
+
+class _MultipartReader:
+    """Go's multipart.Reader over a byte stream: boundary lines, MIME headers, part bodies."""
+
+    _CHUNK = 64 * 1024
+    _PEEK_BUFFER = 4096  # Go's bufio size here: longer lines between parts are an error
+
+    def __init__(self, stream: Any, content_length: int | None, boundary: str) -> None:
+        self.stream = stream
+        self.remaining = content_length
+        self.buf = bytearray()
+        self.eof = False
+        b = boundary.encode("utf-8", "surrogateescape")
+        self.nl = b"\r\n"
+        self.dash_boundary = b"--" + b
+        self.dash_boundary_dash = b"--" + b + b"--"
+        self.parts_read = 0
+
+    @property
+    def nl_dash_boundary(self) -> bytes:
+        return self.nl + self.dash_boundary
+
+    def _fill(self) -> bool:
+        """Read more of the body into the buffer; False once it is all read."""
+        if self.eof:
+            return False
+        size = self._CHUNK if self.remaining is None else min(self._CHUNK, self.remaining)
+        chunk = self.stream.read(size) if size > 0 else b""
+        if not chunk:
+            self.eof = True
+            return False
+        if self.remaining is not None:
+            self.remaining -= len(chunk)
+        self.buf.extend(chunk)
+        return True
+
+    def _read_slice(self) -> tuple[bytes, bool]:
+        """bufio.Reader.ReadSlice('\\n'): (line, at_eof); a line over 4096 bytes is Go's ErrBufferFull."""
+        while True:
+            i = self.buf.find(b"\n", 0, self._PEEK_BUFFER)
+            if i >= 0:
+                line = bytes(self.buf[: i + 1])
+                del self.buf[: i + 1]
+                return line, False
+            if len(self.buf) >= self._PEEK_BUFFER:
+                raise MultipartError("multipart: NextPart: bufio: buffer full")
+            if not self._fill():
+                line = bytes(self.buf)
+                self.buf.clear()
+                return line, True
+
+    def _read_line(self) -> bytes | None:
+        """textproto's readLineSlice: a line without its \\n or \\r\\n; None at the end of input."""
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0:
+                line = bytes(self.buf[:i])
+                del self.buf[: i + 1]
+                return line[:-1] if line.endswith(b"\r") else line
+            if not self._fill():
+                if not self.buf:
+                    return None
+                line = bytes(self.buf)
+                self.buf.clear()
+                return line
+
+    def _peek(self, n: int) -> bytes:
+        while len(self.buf) < n and self._fill():
+            pass
+        return bytes(self.buf[:n])
+
+    def _is_boundary_delimiter_line(self, line: bytes) -> bool:
+        if not line.startswith(self.dash_boundary):
+            return False
+        rest = line[len(self.dash_boundary) :].lstrip(b" \t")
+        # The first boundary line decides whether the body uses bare \n line ends.
+        if self.parts_read == 0 and rest == b"\n":
+            self.nl = b"\n"
+            return True
+        return rest == self.nl
+
+    def _is_final_boundary(self, line: bytes) -> bool:
+        if not line.startswith(self.dash_boundary_dash):
+            return False
+        rest = line[len(self.dash_boundary_dash) :].lstrip(b" \t")
+        return not rest or rest == self.nl
+
+    def next_part(self) -> dict[str, list[str]] | None:
+        """Move to the next part and read its headers; None at the end of the form."""
+        if self.dash_boundary == b"--":
+            raise MultipartError("multipart: boundary is empty")
+        expect_new_part = False
+        while True:
+            line, at_eof = self._read_slice()
+            if at_eof and self._is_final_boundary(line):
+                return None
+            if at_eof:
+                raise MultipartError("multipart: NextPart: EOF")
+            if self._is_boundary_delimiter_line(line):
+                self.parts_read += 1
+                return self._read_headers()
+            if self._is_final_boundary(line):
+                return None
+            if expect_new_part:
+                got = _quote(_go_bytes_to_str(line))
+                raise MultipartError(f"multipart: expecting a new Part; got line {got}")
+            if self.parts_read == 0:
+                continue  # the preamble
+            if line == self.nl:
+                expect_new_part = True
+                continue
+            raise MultipartError(f"multipart: unexpected line in Next(): {_quote(_go_bytes_to_str(line))}")
+
+    def _read_headers(self) -> dict[str, list[str]] | None:
+        """textproto's ReadMIMEHeader; None when the input ends inside them (Go then ends the form)."""
+        headers: dict[str, list[str]] = {}
+        first = self._peek(1)
+        if first in (b" ", b"\t"):
+            line = self._read_line()
+            if line is None:
+                return None
+            raise MultipartError(f"malformed MIME header initial line: {_go_bytes_to_str(line)}")
+        while True:
+            line = self._read_line()
+            if line is None:
+                return None
+            if not line:
+                return headers
+            if b":" not in line:
+                bad = _quote(_go_bytes_to_str(line))
+                raise MultipartError(f"malformed MIME header: missing colon: {bad}")
+            text = line.rstrip(b" \t")
+            # Continuation lines start with a space or tab and are joined with one space.
+            while self._peek(1) in (b" ", b"\t"):
+                more = self._read_line()
+                if more is None:
+                    break
+                text = text + b" " + more.strip(b" \t")
+            raw_key, _, raw_value = text.partition(b":")
+            key = canonical_header_key(_go_bytes_to_str(raw_key))
+            if not key:
+                continue
+            headers.setdefault(key, []).append(_go_bytes_to_str(raw_value.lstrip(b" \t")))
+
+    def _byte_at(self, j: int) -> int | None:
+        while len(self.buf) <= j:
+            if not self._fill():
+                return None
+        return self.buf[j]
+
+    def _boundary_follows(self, j: int) -> bool:
+        """Go's matchAfterPrefix: a delimiter ends at buf[j] with `--`, blank, CR, LF or the input's end."""
+        c = self._byte_at(j)
+        if c is None or c in b" \t\r\n":
+            return True
+        return c == 0x2D and self._byte_at(j + 1) == 0x2D
+
+    def read_body(self, sink: bytearray | None, limit: int | None = None) -> int:
+        """Read the current part's body, keeping it in `sink` (None discards it); return its length.
+
+        With a `limit`, reading stops once the body is known to be longer than that (io.CopyN).
+        """
+        # At the very start of a body the boundary may come without the line break before it.
+        head = len(self.dash_boundary)
+        while len(self.buf) < head and self._fill():
+            pass
+        if self.buf.startswith(self.dash_boundary) and self._boundary_follows(head):
+            return 0
+        total = 0
+        delimiter = self.nl_dash_boundary
+        search_from = 0
+        while True:
+            i = self.buf.find(delimiter, search_from)
+            if i >= 0:
+                if self._boundary_follows(i + len(delimiter)):
+                    return total + self._emit(sink, i)
+                search_from = i + 1
+                continue
+            # No delimiter yet: all but a tail that could start one split across reads is body.
+            safe = max(0, len(self.buf) - len(delimiter) + 1)
+            total += self._emit(sink, safe)
+            if limit is not None and total > limit:
+                return total
+            if not self._fill():
+                raise MultipartError("unexpected EOF")
+            search_from = 0
+
+    def _emit(self, sink: bytearray | None, n: int) -> int:
+        if sink is not None:
+            sink.extend(self.buf[:n])
+        del self.buf[:n]
+        return n
+
+
+_MAX_PARTS = 1000  # Go 1.19.8's multipartmaxparts default
+_MAX_HEADERS = 10000  # and its multipartmaxheaders
+_MAP_ENTRY_OVERHEAD = 200
+_FILE_HEADER_SIZE = 100
+_TOO_LARGE = "multipart: message too large"
+
+
+def _mime_header_size(headers: dict[str, list[str]]) -> int:
+    return 400 + sum(len(k) + _MAP_ENTRY_OVERHEAD + sum(len(v) for v in vs) for k, vs in headers.items())
+
+
+def _decode_part_body(headers: dict[str, list[str]], body: bytes) -> bytes:
+    # Go decodes (and then hides) a quoted-printable Content-Transfer-Encoding.
+    cte = headers.get("Content-Transfer-Encoding", [""])[0]
+    if cte.lower() == "quoted-printable":
+        import binascii
+
+        return binascii.a2b_qp(body)
+    return body
+
+
+def parse_multipart(
+    stream: Any,
+    content_type: str,
+    content_length: int | None,
+    max_memory: int,
+    json_file_names: set[str],
+    *,
+    raw_query: bytes = b"",
+    on_log: Any = None,
+) -> dict[str, Any] | None:
+    """webhook's multipart handling: Go's ParseMultipartForm, then the payload webhook builds from it.
+
+    `content_type` must be the request's own Content-Type header (Go parses the form from it even when a
+    hook's `incoming-payload-content-type` made webhook take the multipart branch). Value parts give the
+    first value of each name; a file part (one with a non-empty filename) is read only when it is the
+    first file of its name and either its Content-Type is exactly `application/json` or its name is in
+    `json_file_names`; it is decoded as a JSON object, and a failure stores NilMap under its name.
+    Returns None when nothing was stored (Go's nil map). `raw_query` is the URL's query: Go's form parsing
+    fails on a query that url.ParseQuery rejects. `on_log(message)` receives webhook's log lines
+    (without the `[id] ` prefix). Raises MultipartError with Go's error text.
+    """
+    from hookrunner.params import GoJSONError, NilMap, decode_json_map
+
+    def log_line(message: str) -> None:
+        if on_log is not None:
+            on_log(message)
+
+    try:
+        media_type, params = parse_media_type(content_type)
+    except _MediaTypeError:
+        media_type, params = "", {}
+    if media_type != "multipart/form-data":
+        raise MultipartError("request Content-Type isn't multipart/form-data")
+    if "boundary" not in params:
+        raise MultipartError("no multipart boundary param in Content-Type")
+    reader = _MultipartReader(stream, content_length, params["boundary"])
+
+    values: dict[str, str] = {}
+    files: dict[str, tuple[dict[str, list[str]], bytes | None]] = {}
+    max_file_memory = max_memory
+    max_memory_bytes = max_memory + (10 << 20)
+    if max_memory_bytes <= 0:
+        max_memory_bytes = 0 if max_memory < 0 else 1 << 63
+    max_parts = _MAX_PARTS
+    max_headers = _MAX_HEADERS
+    while True:
+        headers = reader.next_part()
+        if headers is None:
+            break
+        if sum(len(v) for v in headers.values()) > max_headers:
+            raise MultipartError("message too large")
+        if max_parts <= 0:
+            raise MultipartError(_TOO_LARGE)
+        max_parts -= 1
+        disposition = headers.get("Content-Disposition", [""])[0]
+        try:
+            kind, disposition_params = parse_media_type(disposition)
+        except _MediaTypeError:
+            kind, disposition_params = "", {}
+        name = disposition_params.get("name", "") if kind == "form-data" else ""
+        if not name:
+            reader.read_body(None)
+            continue
+        max_memory_bytes -= len(name.encode("utf-8", "surrogateescape")) + _MAP_ENTRY_OVERHEAD
+        if max_memory_bytes < 0:
+            raise MultipartError(_TOO_LARGE)
+        if not disposition_params.get("filename", ""):
+            sink = bytearray()
+            size = reader.read_body(sink, max_memory_bytes)
+            max_memory_bytes -= size
+            if max_memory_bytes < 0:
+                raise MultipartError(_TOO_LARGE)
+            values.setdefault(name, _go_bytes_to_str(_decode_part_body(headers, bytes(sink))))
+            continue
+        max_memory_bytes -= _mime_header_size(headers) + _MAP_ENTRY_OVERHEAD + _FILE_HEADER_SIZE
+        if max_memory_bytes < 0:
+            raise MultipartError(_TOO_LARGE)
+        max_headers -= sum(len(v) for v in headers.values())
+        # Only the first file of a name is looked at, and only a JSON one is worth keeping.
+        wanted = name not in files and (
+            name in json_file_names or "application/json" in headers.get("Content-Type", [])
+        )
+        file_sink = bytearray() if wanted else None
+        size = reader.read_body(file_sink)
+        if size <= max_file_memory:
+            # Go keeps a small file in memory and counts it; a bigger one goes to disk uncounted.
+            max_file_memory -= size
+            max_memory_bytes -= size
+        if name not in files:
+            body = _decode_part_body(headers, bytes(file_sink)) if file_sink is not None else None
+            files[name] = (headers, body)
+    if raw_query:
+        _, query_error = go_parse_query(raw_query)
+        if query_error is not None:
+            raise MultipartError(query_error)
+
+    payload: dict[str, Any] | None = None
+    for name, value in values.items():
+        log_line(f"found multipart form value {_quote(name)}")
+        payload = payload if payload is not None else {}
+        payload[name] = value
+    for name, (_, body) in files.items():
+        if body is None:
+            continue
+        log_line(f"parsing multipart form file {_quote(name)} as JSON")
+        try:
+            part: dict[str, Any] = decode_json_map(body)
+        except GoJSONError as exc:
+            log_line(f"error parsing JSON payload file: {exc}")
+            part = NilMap()
+        payload = payload if payload is not None else {}
+        payload[name] = part
+    return payload
