@@ -1,0 +1,406 @@
+"""The real `hookrunner` command serving: TCP, TLS, Unix and systemd sockets, pidfile, logfile, signals."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+
+HOOKRUNNER = str(Path(sys.executable).with_name("hookrunner"))
+LOG_LINE = re.compile(r"^\[webhook\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d ")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05) -> bool:
+    """Poll `check` until it holds or `timeout` passes; never a fixed sleep."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(interval)
+    return check()
+
+
+def python_hook(hook_id: str, code: str, **extra: object) -> dict[str, object]:
+    """A hook running `python -c code` (no shell), answering at once unless extra says otherwise."""
+    return {
+        "id": hook_id,
+        "execute-command": sys.executable,
+        "pass-arguments-to-command": [{"source": "string", "name": "-c"}, {"source": "string", "name": code}],
+        **extra,
+    }
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=10)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(self._path)
+
+
+class Server:
+    """One `hookrunner` process started as a user would, with its stderr captured to a file."""
+
+    def __init__(self, tmp: Path, hooks: object, *flags: str, port: int | None = None,
+                 hooks_name: str = "hooks.json", tcp: bool = True,
+                 popen: Callable[..., subprocess.Popen[bytes]] | None = None) -> None:
+        self.tmp = tmp
+        self.hooks_path = tmp / hooks_name
+        if hooks is not None:
+            self.write_hooks(hooks)
+        self.port = port or free_port()
+        self.stderr_path = tmp / f"stderr-{self.port}.txt"
+        self.argv = [HOOKRUNNER, "-hooks", str(self.hooks_path), "-verbose", *flags]
+        if tcp:
+            self.argv += ["-ip", "127.0.0.1", "-port", str(self.port)]
+        with open(self.stderr_path, "wb") as err:
+            starter = popen or subprocess.Popen
+            self.process = starter(self.argv, stdout=subprocess.PIPE, stderr=err, cwd=tmp)
+
+    def write_hooks(self, hooks: object) -> None:
+        text = hooks if isinstance(hooks, str) else json.dumps(hooks)
+        self.hooks_path.write_text(text)
+
+    @property
+    def log(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout: float = 10.0) -> bool:
+        return wait_until(lambda: text in self.log, timeout)
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                conn: http.client.HTTPConnection | None = None) -> tuple[int, dict[str, str], bytes]:
+        conn = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request(method, path, body=body)
+            answer = conn.getresponse()
+            return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+        finally:
+            conn.close()
+
+    def ready(self, conn_factory: Callable[[], http.client.HTTPConnection] | None = None) -> None:
+        def answers() -> bool:
+            if self.process.poll() is not None:
+                raise AssertionError(f"hookrunner exited with {self.process.returncode}:\n{self.log}")
+            try:
+                status = self.request("GET", "/", conn=conn_factory() if conn_factory else None)[0]
+            except OSError:
+                return False
+            return status == 200
+
+        assert wait_until(answers, timeout=15), self.log
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def stop(self, timeout: float = 40) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout)
+        finally:
+            if self.process.stdout:
+                self.process.stdout.close()
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Server]]:
+    started: list[Server] = []
+    yield started
+    for server in started:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait(timeout=10)
+        if server.process.stdout:
+            server.process.stdout.close()
+
+
+ECHO_HOOK = {"id": "hello", "execute-command": "/bin/echo", "response-message": "hi there"}
+
+
+def test_serves_http_with_webhooks_startup_log(tmp_path: Path, servers: list[Server]) -> None:
+    server = Server(tmp_path, [ECHO_HOOK])
+    servers.append(server)
+    server.ready()
+    status, headers, body = server.request("GET", "/")
+    assert (status, body) == (200, b"OK")
+    assert "server" not in headers  # webhook's Go server sends no Server header
+    assert server.request("POST", "/hooks/hello")[::2] == (200, b"hi there")
+    assert server.request("POST", "/hooks/nope")[::2] == (404, b"Hook not found.")
+    lines = server.log.splitlines()
+    assert all(LOG_LINE.match(line) or line.startswith("please check") for line in lines if line), lines
+    messages = [LOG_LINE.sub("", line) for line in lines]
+    expected = [
+        "version 0.1.0 starting",
+        "setting up os signal watcher",
+        f"attempting to load hooks from {server.hooks_path}",
+        "found 1 hook(s) in file",
+        "\tloaded: hello",
+        f"serving hooks on http://127.0.0.1:{server.port}/hooks/{{id}}",
+    ]
+    assert messages[: len(expected)] == expected
+    assert server.stop() == 0
+    assert "caught terminated signal; exiting" in server.log
+
+
+def test_tls_request(tmp_path: Path, servers: list[Server]) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "cert.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    server = Server(tmp_path, [ECHO_HOOK], "-secure", "-cert", str(tmp_path / "cert.pem"),
+                    "-key", str(tmp_path / "key.pem"), "-tls-min-version", "1.3")
+    servers.append(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    client.set_alpn_protocols(["h2", "http/1.1"])
+
+    def connect() -> http.client.HTTPConnection:
+        return http.client.HTTPSConnection("127.0.0.1", server.port, context=client, timeout=10)
+
+    server.ready(connect)
+    conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=client, timeout=10)
+    status, _, body = server.request("POST", "/hooks/hello", conn=conn)
+    assert (status, body) == (200, b"hi there")
+    assert f"serving hooks on https://127.0.0.1:{server.port}/hooks/{{id}}" in server.log
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with client.wrap_socket(raw, server_hostname="127.0.0.1") as tls_conn:
+            assert tls_conn.version() == "TLSv1.3"
+            assert tls_conn.selected_alpn_protocol() in (None, "http/1.1")  # never HTTP/2
+    old = ssl.create_default_context()
+    ca.configure_trust(old)
+    old.maximum_version = ssl.TLSVersion.TLSv1_2
+    with pytest.raises(ssl.SSLError):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+            old.wrap_socket(raw, server_hostname="127.0.0.1").close()
+
+
+def test_unix_socket_request_and_cleanup(tmp_path: Path, servers: list[Server]) -> None:
+    path = str(tmp_path / "hooks.sock")
+    # A stale socket file left by a dead process is replaced, not an error.
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(path)
+    stale.close()
+    server = Server(tmp_path, [ECHO_HOOK], "-socket", path, tcp=False)
+    servers.append(server)
+    server.ready(lambda: UnixHTTPConnection(path))
+    status, _, body = server.request("POST", "/hooks/hello", conn=UnixHTTPConnection(path))
+    assert (status, body) == (200, b"hi there")
+    assert f"serving hooks on http://{{unix:{path}}}/hooks/{{id}}" in server.log
+    assert server.stop() == 0
+    assert not os.path.exists(path)
+
+
+def test_systemd_socket_activation(tmp_path: Path, servers: list[Server]) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    # systemd passes the socket as fd 3 and names the receiving pid; a tiny exec wrapper keeps the pid.
+    wrapper = (
+        "import os, sys; fd = int(sys.argv[1]); os.dup2(fd, 3); os.close(fd); os.set_inheritable(3, True); "
+        "os.environ['LISTEN_PID'] = str(os.getpid()); os.environ['LISTEN_FDS'] = '1'; "
+        "os.execv(sys.argv[2], sys.argv[2:])"
+    )
+    fd = listener.fileno()
+
+    def popen(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", wrapper, str(fd), *argv], pass_fds=(fd,), **kwargs)  # type: ignore[call-overload]
+
+    server = Server(tmp_path, [ECHO_HOOK], "-port", "1", port=port, tcp=False, popen=popen)
+    servers.append(server)
+    listener.close()
+    server.ready()
+    assert server.request("POST", "/hooks/hello")[::2] == (200, b"hi there")
+    assert f"serving hooks on http://127.0.0.1:{port}/hooks/{{id}}" in server.log
+    assert server.stop() == 0
+
+
+def test_pidfile_lifecycle(tmp_path: Path, servers: list[Server]) -> None:
+    pidfile = tmp_path / "run" / "hookrunner.pid"
+    server = Server(tmp_path, [ECHO_HOOK], "-pidfile", str(pidfile))
+    servers.append(server)
+    server.ready()
+    assert pidfile.read_text() == str(server.process.pid)
+    # A second instance with the same pidfile refuses to start while the first runs.
+    second = subprocess.run([HOOKRUNNER, "-hooks", str(server.hooks_path), "-verbose", "-ip", "127.0.0.1",
+                             "-port", str(free_port()), "-pidfile", str(pidfile)],
+                            capture_output=True, text=True, timeout=30)
+    assert second.returncode == 1
+    assert f"Error creating pidfile: pid file found, ensure webhook is not running or delete {pidfile}" in (
+        second.stderr
+    )
+    assert pidfile.read_text() == str(server.process.pid)
+    assert server.stop() == 0
+    assert not pidfile.exists()
+
+
+def test_logfile_receives_the_log(tmp_path: Path, servers: list[Server]) -> None:
+    logfile = tmp_path / "hookrunner.log"
+    server = Server(tmp_path, [ECHO_HOOK], "-logfile", str(logfile))
+    servers.append(server)
+    server.ready()
+    server.request("POST", "/hooks/hello")
+    assert server.stop() == 0
+    lines = logfile.read_text().splitlines()
+    assert lines and all(LOG_LINE.match(line) for line in lines if line and not line.startswith("please"))
+    text = logfile.read_text()
+    assert "version 0.1.0 starting" in text
+    assert "\tloaded: hello" in text
+    assert "caught terminated signal; exiting" in text
+    assert "starting" not in server.log  # the log went to the file, not to stderr
+
+
+@pytest.mark.parametrize(("signum", "name"), [(signal.SIGUSR1, "USR1"), (signal.SIGHUP, "HUP")])
+def test_signal_reloads_hooks(tmp_path: Path, servers: list[Server], signum: int, name: str) -> None:
+    server = Server(tmp_path, [ECHO_HOOK])
+    servers.append(server)
+    server.ready()
+    assert server.request("POST", "/hooks/added")[0] == 404
+    added = {"id": "added", "execute-command": "/bin/echo", "response-message": "new"}
+    server.write_hooks([ECHO_HOOK, added])
+    server.signal(signum)
+    served = wait_until(lambda: server.request("POST", "/hooks/added")[::2] == (200, b"new"), timeout=5)
+    assert served, server.log
+    assert f"caught {name} signal" in server.log
+    assert f"attempting to reload hooks from {server.hooks_path}" in server.log
+    # The process is still the same one, serving: a reload is not a restart.
+    assert server.process.poll() is None
+    assert server.stop() == 0
+
+
+def test_sigterm_lets_a_running_background_command_finish(tmp_path: Path, servers: list[Server]) -> None:
+    marker = tmp_path / "finished"
+    code = f"import pathlib, time; time.sleep(2); pathlib.Path({str(marker)!r}).write_text('done')"
+    server = Server(tmp_path, [python_hook("slow", code, **{"response-message": "started"})])
+    servers.append(server)
+    server.ready()
+    assert server.request("POST", "/hooks/slow")[::2] == (200, b"started")
+    # The command is running in the background when the stop request comes.
+    time.sleep(0.3)
+    started = time.monotonic()
+    server.signal(signal.SIGTERM)
+    assert server.stop(timeout=30) == 0
+    assert marker.read_text() == "done"
+    assert time.monotonic() - started < 15
+    assert "caught terminated signal; exiting" in server.log
+
+
+def test_sigint_is_graceful_too(tmp_path: Path, servers: list[Server]) -> None:
+    marker = tmp_path / "finished"
+    code = f"import pathlib, time; time.sleep(1); pathlib.Path({str(marker)!r}).write_text('done')"
+    server = Server(tmp_path, [python_hook("slow", code)])
+    servers.append(server)
+    server.ready()
+    server.request("POST", "/hooks/slow")
+    time.sleep(0.2)
+    server.signal(signal.SIGINT)
+    assert server.stop(timeout=30) == 0
+    assert marker.read_text() == "done"
+    assert "caught interrupt signal; exiting" in server.log
+
+
+def test_worker_replaced_after_a_crash_serves_current_hooks(tmp_path: Path, servers: list[Server]) -> None:
+    server = Server(tmp_path, [ECHO_HOOK])
+    servers.append(server)
+    server.ready()
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
+    assert len(children) == 1
+    server.write_hooks([{"id": "later", "execute-command": "/bin/echo", "response-message": "later"}])
+    os.kill(int(children[0]), signal.SIGKILL)
+    # The master starts a new worker, which reads the files again instead of serving start-up hooks.
+    assert wait_until(lambda: _quiet_request(server, "/hooks/later") == 200, timeout=15), server.log
+    assert _quiet_request(server, "/hooks/hello") == 404
+    assert server.stop() == 0
+
+
+def _quiet_request(server: Server, path: str) -> int:
+    try:
+        return server.request("POST", path)[0]
+    except OSError:
+        return 0
+
+
+# ------------------------------------------------------------------------------ start-up failures
+
+
+def run_once(tmp: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([HOOKRUNNER, *argv], capture_output=True, text=True, timeout=30, cwd=tmp)
+
+
+def test_version() -> None:
+    done = subprocess.run([HOOKRUNNER, "-version"], capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout) == (0, "hookrunner version 0.1.0 (webhook 2.8.2 compatible)\n")
+
+
+def test_setuid_without_setgid(tmp_path: Path) -> None:
+    done = run_once(tmp_path, "-setuid", "1000")
+    assert (done.returncode, done.stdout) == (1, "error: setuid and setgid options must be used together\n")
+
+
+def test_no_hooks_is_fatal_without_verbose(tmp_path: Path) -> None:
+    done = run_once(tmp_path, "-hooks", str(tmp_path / "missing.json"), "-port", str(free_port()))
+    assert done.returncode == 1
+    assert LOG_LINE.match(done.stdout)
+    assert LOG_LINE.sub("", done.stdout) == (
+        "couldn't load any hooks from file!\n"
+        "aborting webhook execution since the -verbose flag is set to false.\n"
+        "If, for some reason, you want webhook to start without the hooks, "
+        "either use -verbose flag, or -nopanic\n"
+    )
+
+
+def test_duplicate_hook_id_is_fatal(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text(json.dumps([ECHO_HOOK]))
+    (tmp_path / "b.json").write_text(json.dumps([ECHO_HOOK]))
+    done = run_once(tmp_path, "-hooks", "a.json", "-hooks", "b.json", "-verbose", "-port", str(free_port()))
+    assert done.returncode == 1
+    message = "error: hook with the id hello has already been loaded!\nplease check your hooks file"
+    assert message in done.stderr
+
+
+def test_port_in_use(tmp_path: Path) -> None:
+    (tmp_path / "hooks.json").write_text(json.dumps([ECHO_HOOK]))
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = run_once(tmp_path, "-ip", "127.0.0.1", "-port", str(port))
+    assert done.returncode == 1
+    assert LOG_LINE.sub("", done.stderr) == (
+        f"error listening on port: listen tcp 127.0.0.1:{port}: bind: address already in use\n"
+    )
+
+
+@pytest.mark.reference
+@pytest.mark.skipif(shutil.which("webhook") is None, reason="reference webhook not installed")
+@pytest.mark.parametrize(
+    "argv", [["-setuid", "5"], ["-setgid", "5"], ["-version"], ["-hooks", "/nonexistent"]]
+)
+def test_exit_codes_match_the_reference(tmp_path: Path, argv: list[str]) -> None:
+    port = ["-port", str(free_port())]
+    theirs = subprocess.run(
+        ["webhook", *argv, *port], capture_output=True, text=True, timeout=30, cwd=tmp_path
+    )
+    ours = run_once(tmp_path, *argv, *port)
+    assert ours.returncode == theirs.returncode
+    if "-version" not in argv:
+        assert LOG_LINE.sub("", ours.stdout) == LOG_LINE.sub("", theirs.stdout)
