@@ -6,10 +6,10 @@ import posixpath
 import time
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import Flask, request
 from werkzeug.exceptions import HTTPException
-from werkzeug.routing import Rule
 from werkzeug.wrappers import Response
 
 from hookrunner.config import Config
@@ -34,6 +34,7 @@ from hookrunner.params import (
 from hookrunner.request import (
     Request,
     canonical_header_key,
+    go_parse_query,
     parse_form_payload,
     parse_json_payload,
     parse_multipart,
@@ -78,40 +79,35 @@ def answer(status: int, body: bytes, headers: dict[str, str], explicit_type: str
     return response
 
 
-def _go_unescape(text: str) -> str:
-    """Go's url.QueryUnescape: `+` is a space and every `%` must start a valid escape."""
-    if "%" not in text:
-        return text.replace("+", " ")
+def go_request_path(environ: dict[str, Any]) -> str:
+    """The decoded URL path as Go's server sees it, taken from the raw request target when there is one.
+
+    WSGI servers normalise PATH_INFO (gunicorn reads `//hooks/a` as a host and a path); webhook routes
+    on Go's URL.Path, so the raw target is parsed here. A bad percent-escape raises ValueError (Go: 400).
+    """
+    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    if not raw:
+        return str(environ.get("PATH_INFO", "")) or "/"
+    if raw == "*":
+        return "*"
+    if not raw.startswith("/"):  # absolute-form: http://host/path
+        raw = urlsplit(raw).path or "/"
+    target = raw.split("?", 1)[0].encode("latin-1")
+    if b"%" not in target:
+        return target.decode("utf-8", "surrogateescape")
     out = bytearray()
     i = 0
-    raw = text.encode("utf-8", "surrogateescape")
-    while i < len(raw):
-        c = raw[i]
-        if c == 0x25:
-            pair = raw[i + 1 : i + 3]
-            if len(pair) < 2 or not all(chr(b) in "0123456789abcdefABCDEF" for b in pair):
+    while i < len(target):
+        if target[i] == 0x25:
+            pair = target[i + 1 : i + 3]
+            if len(pair) < 2 or not all(b in b"0123456789abcdefABCDEF" for b in pair):
                 raise ValueError("invalid URL escape")
             out.append(int(pair, 16))
             i += 3
-            continue
-        out.append(0x20 if c == 0x2B else c)
-        i += 1
+        else:
+            out.append(target[i])
+            i += 1
     return out.decode("utf-8", "surrogateescape")
-
-
-def parse_query(query: str) -> dict[str, Any]:
-    """Go's URL.Query(): first value of each key; a pair Go cannot parse (bad escape, `;`) is dropped."""
-    values: dict[str, Any] = {}
-    for pair in query.split("&"):
-        if not pair or ";" in pair:
-            continue
-        key, _, value = pair.partition("=")
-        try:
-            key, value = _go_unescape(key), _go_unescape(value)
-        except ValueError:
-            continue
-        values.setdefault(key, value)
-    return values
 
 
 def clean_path(path: str) -> str:
@@ -180,7 +176,7 @@ class HookApp:
             return
         environ = request.environ
         uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path.rstrip("?")
-        size = 0 if request.method == "HEAD" else (response.content_length or 0)
+        size = response.content_length or 0
         log.request(
             rid,
             f"{response.status_code:03d} | {humanize_bytes(size)} | "
@@ -311,7 +307,7 @@ class HookApp:
             remote_addr=self.remote_addr(),
             content_type=content_type,
             headers=headers,
-            query=parse_query(environ.get("QUERY_STRING", "")),
+            query=dict(go_parse_query(environ.get("QUERY_STRING", "").encode("latin-1"))[0]),
         )
         multipart = content_type.startswith("multipart/form-data;")
         if not multipart:
@@ -327,7 +323,13 @@ class HookApp:
             elif multipart:
                 names = {a.name for a in hook.json_parameters if a.source == "payload"}
                 req.payload = parse_multipart(
-                    request.stream, content_type, request.content_length, self.config.max_multipart_mem, names
+                    request.stream,
+                    environ.get("CONTENT_TYPE", ""),
+                    request.content_length,
+                    self.config.max_multipart_mem,
+                    names,
+                    raw_query=environ.get("QUERY_STRING", "").encode("latin-1"),
+                    on_log=lambda message: log.request(rid, message),
                 )
             else:
                 log.request(
@@ -375,29 +377,24 @@ def create_app(config: Config, registry: HookRegistry, runner: CommandRunner) ->
     """The WSGI app serving `/` and `/<urlprefix>/<id>` exactly as webhook routes them."""
     hooks = HookApp(config, registry, runner)
     app = Flask("hookrunner")
-    app.url_map.merge_slashes = False
-    app.url_map.strict_slashes = False
     base = f"/{config.urlprefix}" if config.urlprefix else ""
-    # methods=None: every method reaches the handler, as with gorilla/mux (405 is webhook's own answer).
-    app.url_map.add(Rule("/", endpoint="root", methods=None))
-    if base:
-        app.url_map.add(Rule(f"{base}/", endpoint="hook", methods=None, defaults={"hook_id": ""}))
-    app.url_map.add(Rule(f"{base}/<path:hook_id>", endpoint="hook", methods=None))
-    app.view_functions["root"] = hooks.root
-    app.view_functions["hook"] = hooks.hook
 
+    # Routing is done here, not by werkzeug's URL map: gorilla/mux's `/{prefix}/{id:.*}` keeps trailing
+    # slashes and empty ids, and cleans paths with a 301, none of which werkzeug's rules reproduce.
     @app.before_request
-    def redirect_unclean_path() -> Answer | None:
-        path = request.path
+    def dispatch() -> Answer:
+        try:
+            path = go_request_path(request.environ)
+        except ValueError:
+            return answer(400, b"400 Bad Request", {}, TEXT_PLAIN)
         cleaned = clean_path(path)
         if cleaned != path:
             query = request.environ.get("QUERY_STRING", "")
-            location = cleaned + ("?" + query if query else "")
-            return answer(301, b"", {"Location": location})
-        return None
-
-    @app.errorhandler(404)
-    def not_found(_: Exception) -> Answer:
+            return answer(301, b"", {"Location": cleaned + ("?" + query if query else "")})
+        if path == "/":
+            return hooks.root()
+        if path.startswith(base + "/"):
+            return hooks.hook(path[len(base) + 1 :])
         return answer(404, b"404 page not found\n", {"X-Content-Type-Options": "nosniff"}, TEXT_PLAIN)
 
     @app.errorhandler(Exception)

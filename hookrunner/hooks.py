@@ -16,7 +16,7 @@ from hookrunner.log import log
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _Loader(_BaseLoader):  # type: ignore[misc]
+class _Loader(_BaseLoader):
     """YAML 1.1 as Go's yaml.v2 reads it into interface{}: dates stay strings."""
 
 
