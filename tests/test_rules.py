@@ -9,9 +9,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import io
+import json
+import os
 import re
+import shutil
+import socket
+import subprocess
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -708,3 +717,205 @@ def test_describe() -> None:
     assert rule(data).describe() == "and(match value url:a, not(match regex '^a' url:a), or(), {})"
     assert "secret" not in repr(rule({"match": {"type": "payload-hmac-sha1", "secret": "hunter2"}}))
     assert "hunter2" not in repr(rule({"match": {"type": "payload-hmac-sha1", "secret": "hunter2"}}))
+
+
+# --- differential: the same rules and requests through the reference binary -----------------------------
+
+REFERENCE = "/usr/bin/webhook"
+
+
+def _sig(kind: str, body: bytes) -> str:
+    digest = {"sha1": hashlib.sha1, "sha256": hashlib.sha256, "sha512": hashlib.sha512}[kind]
+    return sign(body, digest=digest)
+
+
+def _hmac_rule(kind: str, secret: str = "s") -> dict[str, Any]:
+    return {"match": {"type": kind, "secret": secret, "parameter": {"source": "header", "name": "x-sig"}}}
+
+
+# (case id, trigger rule, query, headers, body, soft signature failures)
+DIFFERENTIAL_CASES: list[tuple[str, dict[str, Any], dict[str, str], dict[str, str], bytes, bool]] = [
+    ("empty", {}, {}, {}, b"", False),
+    ("and-empty", {"and": []}, {}, {}, b"", False),
+    ("or-empty", {"or": []}, {}, {}, b"", False),
+    (
+        "value-num",
+        {"match": {"type": "value", "value": 1.0, "parameter": {"source": "url", "name": "a"}}},
+        {"a": "1"},
+        {},
+        b"",
+        False,
+    ),
+    (
+        "value-big",
+        {"match": {"type": "value", "value": 1e21, "parameter": {"source": "url", "name": "a"}}},
+        {"a": "1e+21"},
+        {},
+        b"",
+        False,
+    ),
+    (
+        "value-bool",
+        {"match": {"type": "value", "value": True, "parameter": {"source": "url", "name": "a"}}},
+        {"a": "true"},
+        {},
+        b"",
+        False,
+    ),
+    ("regex-search", url_match("regex", regex="b+"), {"a": "abbc"}, {}, b"", False),
+    ("regex-bad", url_match("regex", regex="x{2,1}"), {"a": "x"}, {}, b"", False),
+    ("regex-perl", url_match("regex", regex="(?<n>x)"), {"a": "x"}, {}, b"", False),
+    ("regex-missing", url_match("regex", regex="("), {}, {}, b"", False),
+    ("not-missing", {"not": url_match("value", value="x")}, {}, {}, b"", False),
+    ("or-not-missing", {"or": [{"not": url_match("value", value="x")}, FALSE]}, {}, {}, b"", False),
+    ("and-missing", {"and": [TRUE, url_match("value", value="x")]}, {}, {}, b"", False),
+    (
+        "case-keys",
+        {"OR": [{"MATCH": {"TYPE": "value", "VALUE": "x", "PARAMETER": {"Source": "url", "Name": "a"}}}]},
+        {"a": "x"},
+        {},
+        b"",
+        False,
+    ),
+    ("sha1", _hmac_rule("payload-hmac-sha1"), {}, {"X-Sig": "sha1=" + _sig("sha1", b"hi")}, b"hi", False),
+    (
+        "sha256-multi",
+        _hmac_rule("payload-hmac-sha256"),
+        {},
+        {"X-Sig": "sha256=00,sha256=" + _sig("sha256", b"hi")},
+        b"hi",
+        False,
+    ),
+    ("sha512-bad", _hmac_rule("payload-hmac-sha512"), {}, {"X-Sig": "sha512=00,zz"}, b"hi", False),
+    ("sha256-empty-ok", _hmac_rule("payload-hmac-sha256"), {}, {"X-Sig": _sig("sha256", b"")}, b"", False),
+    ("sha256-empty-bad", _hmac_rule("payload-hmac-sha256"), {}, {"X-Sig": "a,b"}, b"", False),
+    ("hash-alias", _hmac_rule("payload-hash-sha1"), {}, {"X-Sig": _sig("sha1", b"hi")}, b"hi", False),
+    ("no-secret", _hmac_rule("payload-hmac-sha1", secret=""), {}, {"X-Sig": "a"}, b"hi", False),
+    ("soft-or", {"or": [_hmac_rule("payload-hmac-sha1"), TRUE]}, {}, {"X-Sig": "bad"}, b"hi", True),
+    ("hard-or", {"or": [_hmac_rule("payload-hmac-sha1"), TRUE]}, {}, {"X-Sig": "bad"}, b"hi", False),
+    ("soft-and", {"and": [_hmac_rule("payload-hmac-sha1")]}, {}, {"X-Sig": "bad"}, b"hi", True),
+    ("ip-v4", {"match": {"type": "ip-whitelist", "ip-range": "10.0.0.0/8 127.0.0.0/30"}}, {}, {}, b"", False),
+    ("ip-v6-bare", {"match": {"type": "ip-whitelist", "ip-range": "::1"}}, {}, {}, b"", False),
+    (
+        "ip-mapped",
+        {"match": {"type": "ip-whitelist", "ip-range": "::ffff:127.0.0.0/120"}},
+        {},
+        {},
+        b"",
+        False,
+    ),
+    ("ip-bad", {"match": {"type": "ip-whitelist", "ip-range": "1.2.3.4/40"}}, {}, {}, b"", False),
+    ("ip-bad-late", {"match": {"type": "ip-whitelist", "ip-range": "127.0.0.1 x"}}, {}, {}, b"", False),
+    ("unknown-type", url_match("bogus"), {"a": "1"}, {}, b"", False),
+    ("no-source", {"match": {"type": "value"}}, {}, {}, b"", False),
+    (
+        "scalr-bad-date",
+        {"match": {"type": "scalr-signature", "secret": "s"}},
+        {},
+        {
+            "X-Signature": hmac.new(b"s", b"hi" + b"Fri 8 Sep 2017 1:2:3 UTC", hashlib.sha1).hexdigest(),
+            "Date": "Fri 8 Sep 2017 1:2:3 UTC",
+        },
+        b"hi",
+        False,
+    ),
+    (
+        "scalr-old",
+        {"match": {"type": "scalr-signature", "secret": "s"}},
+        {},
+        {
+            "X-Signature": hmac.new(b"s", b"hi" + b"Fri 08 Sep 2017 11:24:32 UTC", hashlib.sha1).hexdigest(),
+            "Date": "Fri 08 Sep 2017 11:24:32 UTC",
+        },
+        b"hi",
+        False,
+    ),
+]
+
+
+def _ours(
+    data: dict[str, Any], query: dict[str, str], headers: dict[str, str], body: bytes, soft: bool
+) -> str:
+    ok, err = rule(data).check(
+        make_request(query=query, headers=headers, body=body, remote_addr="127.0.0.1:40000", soft=soft)
+    )
+    if err is not None and not isinstance(err, ParameterNodeError):
+        return f"error: {err}"
+    return "triggered" if ok else "mismatch"
+
+
+@pytest.mark.reference
+@pytest.mark.slow
+@pytest.mark.skipif(not os.access(REFERENCE, os.X_OK), reason="the reference webhook is not installed")
+def test_differential_against_reference(tmp_path: Path) -> None:
+    true = shutil.which("true") or "/bin/true"
+    hooks = [
+        {
+            "id": case_id,
+            "execute-command": true,
+            "response-message": "yes",
+            "trigger-rule": data,
+            "trigger-signature-soft-failures": soft,
+        }
+        for case_id, data, _, _, _, soft in DIFFERENTIAL_CASES
+    ]
+    hooks_file = tmp_path / "hooks.json"
+    hooks_file.write_text(json.dumps(hooks))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log_path = tmp_path / "webhook.log"
+    with open(log_path, "wb") as log_file:
+        argv = [
+            REFERENCE,
+            "-hooks",
+            str(hooks_file),
+            "-ip",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-verbose",
+            "-x-request-id",
+        ]
+        server = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.05)
+        answers = {}
+        for case_id, _, query, headers, body, _ in DIFFERENTIAL_CASES:
+            url = f"http://127.0.0.1:{port}/hooks/{case_id}?" + urllib.parse.urlencode(query)
+            request = urllib.request.Request(
+                url, data=body, method="POST", headers={**headers, "X-Request-Id": case_id}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    answers[case_id] = (response.status, response.read().decode())
+            except urllib.error.HTTPError as error:
+                answers[case_id] = (error.code, error.read().decode())
+        time.sleep(0.2)
+    finally:
+        server.terminate()
+        server.wait(timeout=5)
+    logged = {}
+    for line in log_path.read_text().splitlines():
+        found = re.search(r"\[([\w-]+)\] error evaluating hook: (.*)$", line)
+        if found:
+            logged[found.group(1)] = found.group(2)
+    kinds = set()
+    for case_id, data, query, headers, body, soft in DIFFERENTIAL_CASES:
+        status, text = answers[case_id]
+        if status == 500:
+            theirs = f"error: {logged[case_id]}"
+        else:
+            assert status == 200, (case_id, status, text)
+            assert text in ("yes", "Hook rules were not satisfied."), (case_id, text)
+            theirs = "triggered" if text == "yes" else "mismatch"
+        assert _ours(data, query, headers, body, soft) == theirs, case_id
+        kinds.add(theirs.partition(":")[0])
+    assert kinds == {"triggered", "mismatch", "error"}
