@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import posixpath
 import time
 import uuid
@@ -61,13 +62,23 @@ class Answer(Response):
 
     default_mimetype = None
     automatically_set_content_length = True
+    #: What webhook's handler itself wrote, for the -debug dump: WriteHeader's code (0 if it never
+    #: called it) and the headers it set (Go sniffs Content-Type only later).
+    written_status = 0
+    written_headers: dict[str, str] = {}
 
 
 def answer(status: int, body: bytes, headers: dict[str, str], explicit_type: str | None = None) -> Answer:
-    """Build an answer the way Go's ResponseWriter would frame it (sniffed type, no body on 204/304/1xx)."""
+    """Build an answer the way Go's ResponseWriter would frame it (sniffed type, no body on 204/304/1xx).
+
+    A status of 0 means the handler never called WriteHeader: Go then answers 200.
+    """
+    written_status = status
+    status = status or 200
     headers = dict(headers)
     if explicit_type is not None:
         headers["Content-Type"] = explicit_type
+    written_headers = dict(headers)
     bodyless = status == 204 or status == 304 or 100 <= status < 200
     if bodyless:
         body = b""
@@ -76,6 +87,8 @@ def answer(status: int, body: bytes, headers: dict[str, str], explicit_type: str
     response = Answer(body, status=status_line(status), headers=list(headers.items()))
     if bodyless:
         response.headers.pop("Content-Length", None)
+    response.written_status = written_status
+    response.written_headers = written_headers
     return response
 
 
@@ -184,24 +197,66 @@ class HookApp:
             f" | {request.host} | {request.method} {uri}",
         )
 
+    # --- -debug: webhook's request/response dumper ---------------------------------------------------
+
+    def dump_request(self, rid: str) -> None:
+        """Go's httputil.DumpRequest, each line prefixed `> [id] `, written straight to the log."""
+        environ = request.environ
+        uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path.rstrip("?")
+        lines = [f"{request.method} {uri} {environ.get('SERVER_PROTOCOL', 'HTTP/1.1')}"]
+        if not uri.startswith(("http://", "https://")) and request.host:
+            lines.append(f"Host: {request.host}")
+        chunked = environ.get("HTTP_TRANSFER_ENCODING", "")
+        if chunked:
+            lines.append(f"Transfer-Encoding: {chunked}")
+        headers = self.request_headers(environ)
+        headers.pop("Trailer", None)
+        lines += [f"{key}: {headers[key]}" for key in sorted(headers)]
+        lines.append("")
+        body = request.get_data(cache=True)
+        if body:
+            lines += body.decode("utf-8", "replace").splitlines()
+        log.raw("".join(f"> [{rid}] {line}\n" for line in lines))
+
+    def dump_response(self, rid: str, response: Answer) -> None:
+        """The dumper's view of the answer: WriteHeader's code (`0 ` if never called), headers, body."""
+        status = response.written_status
+        phrase = status_line(status).partition(" ")[2] if is_known_status(status) else ""
+        out = [f"< [{rid}] {status} {phrase}\n"]
+        written = response.written_headers
+        out += [f"< [{rid}] {key}: {written[key]}\n" for key in sorted(written)]
+        body = response.get_data()
+        if body:
+            out.append(f"< [{rid}]\n")
+            out += [f"< [{rid}] {line}\n" for line in body.decode("utf-8", "replace").splitlines()]
+        log.raw("".join(out))
+
     # --- routes -------------------------------------------------------------------------------------
 
     def root(self) -> Answer:
         started = time.perf_counter()
         rid = self.request_id()
-        response = answer(200, b"OK", self.global_headers)
+        if self.config.debug:
+            self.dump_request(rid)
+        response = answer(0, b"OK", self.global_headers)
+        if self.config.debug:
+            self.dump_response(rid, response)
         self.access_log(rid, response, started)
         return response
 
     def hook(self, hook_id: str = "") -> Answer:
         started = time.perf_counter()
         rid = self.request_id()
+        if self.config.debug:
+            self.dump_request(rid)
         try:
             response = self.handle(rid, hook_id)
         except ReplacePanicError as exc:
             # webhook's handler panics here and its recoverer answers an empty 500.
             log.request(rid, f"panic: {exc}")
             response = answer(500, b"", self.global_headers)
+        if self.config.debug:
+            self.dump_response(rid, response)
         self.access_log(rid, response, started)
         return response
 
@@ -269,15 +324,16 @@ class HookApp:
         return True
 
     def configured_status(self, rid: str, hook: Hook, code: int) -> int:
+        """The hook's configured code, or 0 (Go's implicit 200) when none or an unknown one is set."""
         if code == 0:
-            return 200
+            return 0
         if not is_known_status(code):
             log.request(
                 rid,
                 f"{hook.id} got matched, but the configured return code {code} is unknown "
                 "- defaulting to 200\n",
             )
-            return 200
+            return 0
         return code
 
     def remote_addr(self) -> str:
@@ -290,17 +346,23 @@ class HookApp:
             host = f"[{host}]"
         return f"{host}:{port}"
 
-    def parse_request(self, rid: str, hook: Hook) -> Request | Answer:
-        environ = request.environ
-        content_type = hook.incoming_payload_content_type or environ.get("CONTENT_TYPE", "")
+    @staticmethod
+    def request_headers(environ: dict[str, Any]) -> dict[str, Any]:
+        """The request's headers under Go's canonical names; Go keeps Host and Transfer-Encoding apart."""
         headers: dict[str, Any] = {}
         for key, value in environ.items():
             if key.startswith("HTTP_") and key not in _NOT_HEADERS:
                 headers.setdefault(canonical_header_key(key[5:].replace("_", "-")), value)
-        if "CONTENT_TYPE" in environ and environ["CONTENT_TYPE"] != "":
+        if environ.get("CONTENT_TYPE"):
             headers.setdefault("Content-Type", environ["CONTENT_TYPE"])
         if environ.get("CONTENT_LENGTH"):
             headers.setdefault("Content-Length", environ["CONTENT_LENGTH"])
+        return headers
+
+    def parse_request(self, rid: str, hook: Hook) -> Request | Answer:
+        environ = request.environ
+        content_type = hook.incoming_payload_content_type or environ.get("CONTENT_TYPE", "")
+        headers: dict[str, Any] = self.request_headers(environ)
         req = Request(
             id=rid,
             method=request.method,
@@ -322,8 +384,10 @@ class HookApp:
                 req.payload = parse_xml_payload(req.body)
             elif multipart:
                 names = {a.name for a in hook.json_parameters if a.source == "payload"}
+                # Under -debug the dumper has already read the body into memory.
+                stream = io.BytesIO(request.get_data(cache=True)) if self.config.debug else request.stream
                 req.payload = parse_multipart(
-                    request.stream,
+                    stream,
                     environ.get("CONTENT_TYPE", ""),
                     request.content_length,
                     self.config.max_multipart_mem,

@@ -37,6 +37,17 @@ class GoLogger:
             except (OSError, ValueError):
                 pass  # a closed or full log must never take a request down
 
+    def raw(self, text: str) -> None:
+        """Write text as it is, with no prefix (webhook's -debug dumper writes to the log's writer)."""
+        if not self.enabled:
+            return
+        with self._lock:
+            try:
+                self._stream.write(text)
+                self._stream.flush()
+            except (OSError, ValueError):
+                pass
+
     def printf(self, fmt: str, *args: object) -> None:
         """Go's log.Printf with Python %-formatting; callers pass already-Go-rendered values."""
         self.output(fmt % args if args else fmt)
