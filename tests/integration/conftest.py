@@ -1,0 +1,30 @@
+"""Fixtures for the integration suite: a session-wide pool of real servers, and the `reference` marker.
+
+Tests that need the reference binary carry `@pytest.mark.reference`; they are skipped only when
+/usr/bin/webhook is absent (CI installs it, so there they run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from integration_harness import ServerPool, reference_available
+
+
+@pytest.fixture(scope="session")
+def server_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
+    pool = ServerPool(tmp_path_factory.mktemp("servers"))
+    try:
+        yield pool
+    finally:
+        pool.stop_all()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if reference_available():
+        return
+    skip = pytest.mark.skip(reason="reference webhook binary /usr/bin/webhook is not installed")
+    for item in items:
+        if "reference" in item.keywords:
+            item.add_marker(skip)

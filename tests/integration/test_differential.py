@@ -1,0 +1,60 @@
+"""The differential test: every integration case goes to the reference `webhook` and to hookrunner.
+
+Both answers must be identical: status, interim 1xx answers, body (remote ports masked) and the header
+set minus Date; and the selected log messages (timestamps and request ids stripped) must match too.
+A case marked `deliberate` is a documented improvement (docs/compatibility.md): for it, hookrunner's
+documented answer is asserted instead, and the reference is still asked so the difference stays real.
+"""
+
+from __future__ import annotations
+
+import pytest
+from integration_cases import CASES, Case, normalise
+from integration_harness import FORMATS, Outcome, Response, Server, ServerPool, send_case
+
+pytestmark = pytest.mark.reference
+
+IGNORED_HEADERS = {"date"}
+
+
+def comparable_headers(response: Response, drop_length: bool) -> list[tuple[str, str]]:
+    ignored = IGNORED_HEADERS | ({"content-length"} if drop_length else set())
+    return sorted((name.lower(), value) for name, value in response.headers if name.lower() not in ignored)
+
+
+def run(server: Server, case: Case) -> Outcome:
+    headers, body = case.dynamic() if case.dynamic else (case.headers, case.body)
+    return send_case(
+        server,
+        case.method,
+        case.path,
+        headers,
+        body,
+        case.raw_request,
+        case.files_removed,
+        case.reaches_handler,
+    )
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_same_answer_as_reference(server_pool: ServerPool, fmt: str, case: Case) -> None:
+    reference = run(server_pool.get("reference", fmt, case.flags), case)
+    ours = run(server_pool.get("hookrunner", fmt, case.flags), case)
+    ref, got = reference.response, ours.response
+
+    if case.deliberate:
+        assert (ref.status, normalise(ref.body)) != (case.hookrunner_status, case.hookrunner_body), (
+            f"{case.name}: the reference now answers like hookrunner; drop the deliberate difference"
+        )
+        assert got.status == case.hookrunner_status
+        assert normalise(got.body) == case.hookrunner_body
+        return
+
+    # Masking remote ports can change lengths only where a port was masked.
+    masked = normalise(ref.body) != ref.body or normalise(got.body) != got.body
+    assert (got.status, normalise(got.body)) == (ref.status, normalise(ref.body))
+    assert got.interim == ref.interim
+    assert comparable_headers(got, masked) == comparable_headers(ref, masked)
+    assert ours.selected_logs() == reference.selected_logs()
+    assert ours.leftover_files == reference.leftover_files == []
