@@ -1554,6 +1554,15 @@ def _format_float(v: float, verb: str, prec: int) -> str:
     sign = "-" if neg else ""
     if verb in "xX":
         return sign + _format_hex_float(x, prec, verb)
+    if verb == "b":
+        # Binary exponent form: the 53-bit mantissa as an integer, then p and the power of two.
+        if x == 0:
+            return sign + "0p-1074"
+        m, e = math.frexp(x)
+        mant, exp = int(m * (1 << 53)), e - 53
+        if exp < -1074:
+            mant, exp = mant >> (-1074 - exp), -1074
+        return f"{sign}{mant}p{'-' if exp < 0 else '+'}{abs(exp)}"
     shortest = prec < 0
     if verb in "eE":
         if shortest:
