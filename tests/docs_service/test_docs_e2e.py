@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -14,6 +18,7 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 from docs_support import (
     ETC,
     REPO_ROOT,
@@ -54,6 +59,36 @@ class Stack:
     receiver_log: Path
 
 
+def start_receiver(
+    hooks: Path, log_path: Path, env: dict[str, str], extra: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start hookrunner as /app/webhook is started in the image: a link named webhook, the Deployment's
+    own arguments, plus loopback-only binding on a free port. Returns the process and its base URL."""
+    app = log_path.parent / f"app-{log_path.stem}"
+    app.mkdir()
+    (app / "webhook").symlink_to(HOOKRUNNER)
+    port = free_port()
+    argv = [str(app / "webhook"), f"-hooks={hooks}", "-hotreload", "-verbose", *extra]
+    argv += ["-ip", "127.0.0.1", "-port", str(port)]
+    with open(log_path, "wb") as log:
+        receiver = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def serving() -> bool:
+        if receiver.poll() is not None:
+            raise AssertionError(f"hookrunner exited early:\n{log_path.read_text()}")
+        try:
+            return requests.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200
+        except requests.ConnectionError:
+            return False
+
+    try:
+        wait_for(serving, 30, "hookrunner to serve")
+    except BaseException:
+        stop(receiver)
+        raise
+    return receiver, f"http://127.0.0.1:{port}"
+
+
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
     repo = tmp_path / "docs-repo"
@@ -64,47 +99,26 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         check=True,
     )
     standin = start_standin(tmp_path / "kube", repo=repo, run_jobs=True)
-    hooks = local_etc(tmp_path / "etc")
-    # Called as /app/webhook is in the image: a link named webhook, with the Deployment's own arguments.
-    app = tmp_path / "app"
-    app.mkdir()
-    (app / "webhook").symlink_to(HOOKRUNNER)
-    port = free_port()
-    receiver_log = tmp_path / "receiver.log"
-    argv = [
-        str(app / "webhook"),
-        f"-hooks={hooks}",
-        "-hotreload",
-        "-verbose",
-        "-ip",
-        "127.0.0.1",
-        "-port",
-        str(port),
-    ]
-    with open(receiver_log, "wb") as log:
-        receiver = subprocess.Popen(argv, env=kube_env(standin), stdout=log, stderr=subprocess.STDOUT)
-
-    def serving() -> bool:
-        if receiver.poll() is not None:
-            raise AssertionError(f"hookrunner exited early:\n{receiver_log.read_text()}")
-        try:
-            return requests.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200
-        except requests.ConnectionError:
-            return False
-
     try:
-        wait_for(serving, 30, "hookrunner to serve")
-        yield Stack(standin, f"http://127.0.0.1:{port}/hooks/rebuild-docs", receiver_log)
+        receiver_log = tmp_path / "receiver.log"
+        receiver, base = start_receiver(local_etc(tmp_path / "etc"), receiver_log, kube_env(standin))
+    except BaseException:
+        stop(standin.proc)
+        raise
+    try:
+        yield Stack(standin, f"{base}/hooks/rebuild-docs", receiver_log)
     finally:
         stop(receiver)
         stop(standin.proc)
 
 
 def push(
-    stack: Stack, ref: str, *, event: str = "push", repository: str = SERVED_REPOSITORY
+    target: Stack | str, ref: str, *, event: str = "push", repository: str = SERVED_REPOSITORY
 ) -> requests.Response:
+    """POST a push notification shaped like GitHub's to a stack's hook or to a hook URL."""
+    url = target.hook_url if isinstance(target, Stack) else target
     return requests.post(
-        stack.hook_url,
+        url,
         json={"ref": ref, "repository": {"full_name": repository}, "pusher": {"name": "someone"}},
         headers={"X-GitHub-Event": event},
         timeout=10,
@@ -180,3 +194,104 @@ def test_scripts_dev_is_valid_bash() -> None:
     script = REPO_ROOT / "scripts" / "dev"
     assert os.access(script, os.X_OK)
     subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+def documented_clause(marker: str) -> dict[str, Any]:
+    """The YAML block that follows <!-- marker --> in docs/docs-rebuild.md."""
+    text = (REPO_ROOT / "docs" / "docs-rebuild.md").read_text(encoding="utf-8")
+    found = re.search(rf"<!-- {marker} -->\n```yaml\n(.*?)```", text, re.DOTALL)
+    assert found, f"docs/docs-rebuild.md has no {marker} block"
+    [clause] = yaml.safe_load(found.group(1))
+    result: dict[str, Any] = clause
+    return result
+
+
+def hooks_with_clause(tmp_path: Path, clause: dict[str, Any]) -> Path:
+    """etc/ copied locally, with the clause added to the rule's `and` as the docs say to."""
+    hooks_file = local_etc(tmp_path / "etc")
+    hooks = yaml.safe_load(hooks_file.read_text(encoding="utf-8"))
+    hooks[0]["trigger-rule"]["and"].append(clause)
+    hooks_file.write_text(yaml.safe_dump(hooks, sort_keys=False), encoding="utf-8")
+    return hooks_file
+
+
+@pytest.mark.parametrize(
+    ("marker", "header", "digest", "template"),
+    [
+        ("signature-sha256", "X-Hub-Signature-256", hashlib.sha256, True),
+        ("signature-sha1", "X-Hub-Signature", hashlib.sha1, False),
+    ],
+)
+def test_documented_signature_clause_works(
+    tmp_path: Path, marker: str, header: str, digest: Any, template: bool
+) -> None:
+    secret = os.urandom(16).hex()
+    clause = documented_clause(marker)
+    if not template:
+        assert clause["match"]["secret"] == "<SIGNING_SECRET>"
+        clause["match"]["secret"] = secret
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GITHUB_WEBHOOK_SECRET": secret}
+    receiver, base = start_receiver(
+        hooks_with_clause(tmp_path, clause),
+        tmp_path / "receiver.log",
+        env,
+        ("-template",) if template else (),
+    )
+    try:
+        url = f"{base}/hooks/rebuild-docs"
+        # A tag push: the rule decides, and reload.sh then skips without needing an API.
+        body = json.dumps(
+            {
+                "ref": "refs/tags/v1",
+                "repository": {"full_name": SERVED_REPOSITORY},
+                "pusher": {"name": "someone"},
+            }
+        ).encode()
+        prefix = "sha256=" if digest is hashlib.sha256 else "sha1="
+        good = prefix + hmac.new(secret.encode(), body, digest).hexdigest()
+        bad = prefix + hmac.new(b"wrong", body, digest).hexdigest()
+        headers = {"Content-Type": "application/json", "X-GitHub-Event": "push"}
+        signed = requests.post(url, data=body, headers={**headers, header: good}, timeout=10)
+        assert (signed.status_code, signed.text) == (200, "payload received")
+        forged = requests.post(url, data=body, headers={**headers, header: bad}, timeout=10)
+        assert forged.status_code == 500
+        assert forged.text == "Error occurred while evaluating hook rules."
+        unsigned = requests.post(url, data=body, headers=headers, timeout=10)
+        assert unsigned.text != "payload received"
+    finally:
+        stop(receiver)
+
+
+def test_configmap_update_is_picked_up_without_a_restart(tmp_path: Path) -> None:
+    """The hot-reload update path: the kubelet swaps the ..data symlink of the ConfigMap mount in place."""
+    mount = tmp_path / "etc-webhook"
+    mount.mkdir()
+
+    def publish(version: str, served: str) -> None:
+        data = mount / f"..{version}"
+        shutil.copytree(ETC, data)
+        hooks = (data / "hooks.yaml").read_text(encoding="utf-8").replace("/etc/webhook", str(mount))
+        (data / "hooks.yaml").write_text(hooks.replace(SERVED_REPOSITORY, served), encoding="utf-8")
+        link = mount / "..data_tmp"
+        link.symlink_to(data.name)
+        os.replace(link, mount / "..data")
+
+    publish("v1", SERVED_REPOSITORY)
+    for name in ("hooks.yaml", "reload.sh", "mkdocs-dev.json", "mkdocs-main.json"):
+        (mount / name).symlink_to(f"..data/{name}")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    receiver, base = start_receiver(mount / "hooks.yaml", tmp_path / "receiver.log", env)
+    try:
+        url = f"{base}/hooks/rebuild-docs"
+        assert push(url, "refs/tags/v1").text == "payload received"
+        publish("v2", "example-org/handbook")
+        shutil.rmtree(mount / "..v1")  # the kubelet removes the old version once the link has moved
+
+        def reloaded() -> bool:
+            return push(url, "refs/tags/v1", repository="example-org/handbook").text == "payload received"
+
+        wait_for(reloaded, 30, "hookrunner to reload hooks.yaml after the ..data swap")
+        assert push(url, "refs/tags/v1").text == "Hook rules were not satisfied."
+        assert receiver.poll() is None, "the receiver restarted or died"
+    finally:
+        stop(receiver)
