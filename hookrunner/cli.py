@@ -255,6 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
+    # Load all of the server's code now: after -setuid/-setgid the interpreter's own files may be out of
+    # reach (a Go binary has everything in memory already). -version, -h and flag errors stay fast.
+    import hookrunner.app
+    import hookrunner.executor
+    import hookrunner.hooks
+    import hookrunner.serve  # noqa: F401
+
     # Problems found before logging is set up are queued, as webhook does, so they reach -logfile.
     problems: list[str] = []
     listener: Listener | None = None
@@ -310,7 +317,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(config: Config, listener: Listener) -> int:
     """From `version ... starting` to serving; returns only when the server has stopped."""
-    # Imported here so that -version, -h and flag errors stay fast.
     from hookrunner.app import create_app
     from hookrunner.executor import CommandRunner
     from hookrunner.hooks import HookRegistry

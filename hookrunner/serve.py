@@ -6,6 +6,7 @@ gthread worker serves every request, so there is one registry and reloads are se
 
 from __future__ import annotations
 
+import concurrent.futures.thread  # noqa: F401 - loaded lazily by gunicorn; see the note below
 import os
 import queue
 import signal
@@ -15,6 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+# gunicorn.glogging and concurrent.futures.thread are imported lazily by gunicorn; after -setuid/-setgid
+# the interpreter's files may be out of reach, so they are loaded here, before the privileges go.
+import gunicorn.glogging  # noqa: F401
 import gunicorn.http.wsgi
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
@@ -220,6 +224,9 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
         "header_map": "dangerous",
         "forwarded_allow_ips": "",
         "control_socket_disable": True,
+        # Who we are now, after -setuid/-setgid; gunicorn's default is whoever imported it (root).
+        "user": os.getuid(),
+        "group": os.getgid(),
         "proc_name": "hookrunner",
         "accesslog": "-" if config.debug else None,
         "errorlog": "-",

@@ -12,6 +12,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -339,6 +340,37 @@ def _quiet_request(server: Server, path: str) -> int:
         return server.request("POST", path)[0]
     except OSError:
         return 0
+
+
+def _free_privileged_port() -> int:
+    for port in range(900, 1024):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port below 1024")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="binding a low port and dropping privileges needs root")
+def test_setuid_setgid_drop_privileges_after_binding(servers: list[Server]) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="hookrunner-setuid-"))
+    try:
+        folder.chmod(0o755)  # hooks are read after the drop, as nobody
+        whoami = {"id": "whoami", "execute-command": "/usr/bin/id", "include-command-output-in-response": True,
+                  "pass-arguments-to-command": [{"source": "string", "name": "-u"}]}
+        server = Server(folder, [whoami], "-setuid", "65534", "-setgid", "65534", port=_free_privileged_port())
+        servers.append(server)
+        server.hooks_path.chmod(0o644)
+        server.ready()
+        assert server.request("POST", "/hooks/whoami")[::2] == (200, b"65534\n")
+        status = Path(f"/proc/{server.process.pid}/status").read_text()
+        assert re.search(r"^Uid:\s+65534\s+65534\s+65534\s+65534$", status, re.M), status
+        assert re.search(r"^Gid:\s+65534\s+65534\s+65534\s+65534$", status, re.M), status
+        assert server.stop() == 0
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------ start-up failures
