@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,9 +155,15 @@ def parse_form_payload(body: bytes) -> dict[str, Any]:
 # entities it declares are never expanded, so entity-expansion attacks have nothing to work with.
 
 _XML_ENTITIES = {"lt": "<", "gt": ">", "amp": "&", "apos": "'", "quot": '"'}
-_XML_SPACE = b" \r\n\t"
 # mxj trims these around character data (\b cannot occur: Go rejects it as an illegal character).
 _MXJ_TRIM = "\t\r\b\n "
+_XML_SPACE_RUN = re.compile(rb"[ \r\n\t]*")
+_XML_NAME_RUN = re.compile(rb"[A-Za-z0-9_:.\-\x80-\xff]+")
+# The bytes that end a run of plain character data (`>` only matters after `]]`).
+_XML_TEXT_STOPS = re.compile(rb"[<&\r>]")
+_XML_CDATA_STOPS = re.compile(rb"[\r>]")
+_XML_QUOTED_STOPS = {q: re.compile(rb"[<&\r>" + bytes([q]) + rb"]") for q in (0x22, 0x27)}
+_XML_ILLEGAL_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 class _XMLSyntaxError(Exception):
@@ -177,12 +184,6 @@ class _XMLEOF(Exception):
     """The input ended cleanly between tokens (Go's io.EOF)."""
 
 
-def _is_name_byte(c: int) -> bool:
-    return (
-        0x41 <= c <= 0x5A or 0x61 <= c <= 0x7A or 0x30 <= c <= 0x39 or c in b"_:.-" or c >= 0x80
-    )
-
-
 def _is_xml_name(name: str) -> bool:
     if not name or "\udc80" <= name[0] <= "\udcff":
         return False
@@ -190,15 +191,6 @@ def _is_xml_name(name: str) -> bool:
     if not (first.isalpha() or first in "_:"):
         return False
     return all(ch.isalnum() or ch in "_:.-\u00b7" or ch.isidentifier() for ch in name[1:])
-
-
-def _in_xml_char_range(o: int) -> bool:
-    return (
-        o in (0x09, 0x0A, 0x0D)
-        or 0x20 <= o <= 0xD7FF
-        or 0xE000 <= o <= 0xFFFD
-        or 0x10000 <= o <= 0x10FFFF
-    )
 
 
 class _XMLTokenizer:
@@ -235,21 +227,21 @@ class _XMLTokenizer:
             self.line -= 1
 
     def _space(self) -> None:
-        while self.pos < len(self.data) and self.data[self.pos] in _XML_SPACE:
-            self._getc()
+        match = _XML_SPACE_RUN.match(self.data, self.pos)
+        end = match.end() if match else self.pos
+        self.line += self.data.count(b"\n", self.pos, end)
+        self.pos = end
 
     def _read_name(self) -> bytes | None:
-        start = self.pos
-        c = self._mustgetc()
-        if not _is_name_byte(c):
-            self._ungetc()
+        # Names never span lines, so the line count needs no update here.
+        match = _XML_NAME_RUN.match(self.data, self.pos)
+        end = match.end() if match else self.pos
+        if end >= len(self.data):
+            raise self._err("unexpected EOF")
+        if end == self.pos:
             return None
-        while True:
-            c = self._mustgetc()
-            if not _is_name_byte(c):
-                self._ungetc()
-                break
-        return self.data[start : self.pos]
+        start, self.pos = self.pos, end
+        return self.data[start:end]
 
     def _name(self) -> str | None:
         raw = self._read_name()
@@ -262,10 +254,26 @@ class _XMLTokenizer:
 
     def _text(self, quote: int, cdata: bool) -> str:
         """Character data up to `<` (or the closing quote, or `]]>` in CDATA), entities decoded."""
+        data = self.data
+        if cdata:
+            stops = _XML_CDATA_STOPS
+        elif quote >= 0:
+            stops = _XML_QUOTED_STOPS[quote]
+        else:
+            stops = _XML_TEXT_STOPS
         out = bytearray()
-        b0 = b1 = 0
+        b0 = b1 = 0  # the last two input bytes, to spot `]]>`
         trunc = 0
         while True:
+            # Copy the run of ordinary bytes in one go; only the stop bytes need a closer look.
+            match = stops.search(data, self.pos)
+            end = match.start() if match else len(data)
+            if end > self.pos:
+                run = data[self.pos : end]
+                out += run
+                self.line += run.count(b"\n")
+                b0, b1 = (run[-2], run[-1]) if len(run) > 1 else (b1, run[-1])
+                self.pos = end
             c = self._getc()
             if c is None:
                 if cdata:
@@ -290,8 +298,13 @@ class _XMLTokenizer:
                 b0 = b1 = 0
                 continue
             if c == 0x0D:
+                # \r and \r\n both become \n.
                 out.append(0x0A)
-            elif not (b1 == 0x0D and c == 0x0A):
+                if self.pos < len(data) and data[self.pos] == 0x0A:
+                    self._getc()
+                    b0, b1 = 0x0D, 0x0A
+                    continue
+            else:
                 out.append(c)
             b0, b1 = b1, c
         if trunc:
@@ -300,9 +313,9 @@ class _XMLTokenizer:
             text = out.decode("utf-8")
         except UnicodeDecodeError:
             raise self._err("invalid UTF-8") from None
-        for ch in text:
-            if not _in_xml_char_range(ord(ch)):
-                raise self._err(f"illegal character code U+{ord(ch):04X}")
+        illegal = _XML_ILLEGAL_CHAR.search(text)
+        if illegal:
+            raise self._err(f"illegal character code U+{ord(illegal.group()):04X}")
         return text
 
     def _entity(self) -> bytes:
@@ -548,7 +561,11 @@ def _xml_to_map(data: bytes) -> dict[str, Any]:
             child = n[key]
             if key in parent_na:
                 existing = parent_na[key]
-                parent_na[key] = [*existing, child] if isinstance(existing, list) else [existing, child]
+                # An element's own value is never a list, so a list here is one this loop built.
+                if isinstance(existing, list):
+                    existing.append(child)
+                else:
+                    parent_na[key] = [existing, child]
             else:
                 parent_na[key] = child
         elif kind == "text" and frames:
