@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flask import Flask, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.wrappers import Response
 
 from hookrunner.config import Config
@@ -41,6 +41,7 @@ from hookrunner.request import (
     parse_multipart,
     parse_xml_payload,
 )
+from hookrunner.scheduler import Busy
 from hookrunner.sniff import detect_content_type
 from hookrunner.statuses import is_known_status, status_line
 
@@ -251,6 +252,9 @@ class HookApp:
             self.dump_request(rid)
         try:
             response = self.handle(rid, hook_id)
+        except RequestEntityTooLarge:
+            log.request(rid, f"request body larger than {self.config.max_body_size} bytes, answering 413")
+            response = answer(413, b"Request body too large.", dict(self.global_headers))
         except ReplacePanicError as exc:
             # webhook's handler panics here and its recoverer answers an empty 500.
             log.request(rid, f"panic: {exc}")
@@ -302,15 +306,20 @@ class HookApp:
         log.request(rid, f"{hook.id} hook triggered successfully\n")
         for header in hook.response_headers:
             headers[canonical_header_key(header.name)] = header.value
+        try:
+            future = self.runner.submit(hook, req)
+        except Busy as busy:
+            log.request(rid, f"{hook.id} is busy: concurrency limit and queue full, answering 429")
+            headers["Retry-After"] = str(busy.retry_after)
+            return answer(429, b"Too many runs of this hook are already running or queued.", headers)
         if hook.capture_output:
-            result = self.runner.run(hook, req)
+            result = future.result()
             if not result.ok:
                 if hook.capture_output_on_error:
                     return answer(500, result.output, headers)
                 return answer(500, MSG_COMMAND_ERROR, headers, explicit_type=TEXT_PLAIN)
             status = self.configured_status(rid, hook, hook.success_status)
             return answer(status, result.output, headers)
-        self.runner.start(hook, req)
         status = self.configured_status(rid, hook, hook.success_status)
         return answer(status, hook.response_message.encode("utf-8", "surrogateescape"), headers)
 
@@ -441,6 +450,8 @@ def create_app(config: Config, registry: HookRegistry, runner: CommandRunner) ->
     """The WSGI app serving `/` and `/<urlprefix>/<id>` exactly as webhook routes them."""
     hooks = HookApp(config, registry, runner)
     app = Flask("hookrunner")
+    if config.max_body_size > 0:
+        app.config["MAX_CONTENT_LENGTH"] = config.max_body_size
     base = f"/{config.urlprefix}" if config.urlprefix else ""
 
     # Routing is done here, not by werkzeug's URL map: gorilla/mux's `/{prefix}/{id:.*}` keeps trailing

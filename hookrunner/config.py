@@ -43,6 +43,10 @@ class Config:
     setgid: int = 0
     hooks: tuple[str, ...] = ()
     headers: tuple[Header, ...] = field(default_factory=tuple)
+    # Beyond the reference (docs/limits.md): all off or harmless by default.
+    command_timeout: float = 0.0
+    max_concurrent_commands: int = 0
+    max_body_size: int = 25 << 20
 
     @property
     def log_enabled(self) -> bool:

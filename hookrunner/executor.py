@@ -10,7 +10,7 @@ import stat
 import subprocess
 import tempfile
 import threading
-import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from hookrunner.errors import ArgumentError, HookrunnerError
@@ -18,6 +18,7 @@ from hookrunner.hooks import Argument, Hook
 from hookrunner.log import log
 from hookrunner.params import argument_value, go_quote
 from hookrunner.request import Request
+from hookrunner.scheduler import Scheduler
 
 #: How Go's syscall package words the signals a command most often dies of.
 _SIGNAL_TEXT = {
@@ -131,36 +132,45 @@ def _exit_text(returncode: int) -> str:
 
 
 class CommandRunner:
-    """Runs hook commands, each in its own process group, and remembers them for a clean shutdown."""
+    """Runs hook commands, each in its own process group, within timeouts and concurrency limits."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, command_timeout: float = 0.0, max_concurrent: int = 0, kill_grace: float = 5.0
+    ) -> None:
+        self.command_timeout = command_timeout
+        self.kill_grace = kill_grace
         self._lock = threading.Lock()
         self._processes: set[subprocess.Popen[bytes]] = set()
-        self._threads: set[threading.Thread] = set()
-        self._closing = False
+        self._scheduler: Scheduler[CommandResult] = Scheduler(max_concurrent)
 
     @property
     def running(self) -> int:
+        """Commands whose process is alive now."""
         with self._lock:
             return len(self._processes)
 
-    def start(self, hook: Hook, req: Request) -> None:
-        """Run in the background (webhook's `go handleHook`); the thread is tracked until it ends."""
-        thread = threading.Thread(
-            target=self._background, args=(hook, req), name=f"hook-{req.id}", daemon=True
-        )
-        with self._lock:
-            self._threads.add(thread)
-        thread.start()
+    @property
+    def queued(self) -> int:
+        """Runs admitted but waiting for a free slot."""
+        return self._scheduler.queued
 
-    def _background(self, hook: Hook, req: Request) -> None:
+    def submit(self, hook: Hook, req: Request) -> Future[CommandResult]:
+        """Admit a run under the hook's limits; raises Busy when it is at its limit with a full queue."""
+        future, how = self._scheduler.submit(hook.id, hook.limits, lambda: self._guarded_run(hook, req))
+        if how != "started":
+            log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
+        return future
+
+    def start(self, hook: Hook, req: Request) -> None:
+        """Run in the background (webhook's `go handleHook`); raises Busy like submit."""
+        self.submit(hook, req)
+
+    def _guarded_run(self, hook: Hook, req: Request) -> CommandResult:
         try:
-            self.run(hook, req)
-        except Exception as exc:  # noqa: BLE001 - a background command must never kill its thread silently
+            return self.run(hook, req)
+        except Exception as exc:  # noqa: BLE001 - a background command must never die silently
             log.request(req.id, f"error running command: {exc}")
-        finally:
-            with self._lock:
-                self._threads.discard(threading.current_thread())
+            return CommandResult(b"", str(exc))
 
     def run(self, hook: Hook, req: Request) -> CommandResult:
         """Run the hook's command for this request and wait for it."""
@@ -213,7 +223,8 @@ class CommandRunner:
             f"executing {hook.execute_command} ({path}) with arguments [{quoted}] "
             f"and environment [{' '.join(envs)}] using {cwd} as cwd\n",
         )
-        output, error = self._spawn(path, argv, env, cwd or None)
+        timeout = hook.command_timeout or self.command_timeout
+        output, error = self._spawn(path, argv, env, cwd or None, timeout, req.id)
         log.request(req.id, f"command output: {output.decode('utf-8', 'replace')}\n")
         if error is not None:
             log.request(req.id, f"error occurred: {error}\n")
@@ -227,7 +238,7 @@ class CommandRunner:
         return CommandResult(output, error)
 
     def _spawn(
-        self, path: str, argv: list[str], env: dict[str, str], cwd: str | None
+        self, path: str, argv: list[str], env: dict[str, str], cwd: str | None, timeout: float, rid: str
     ) -> tuple[bytes, str | None]:
         try:
             process = subprocess.Popen(
@@ -238,33 +249,54 @@ class CommandRunner:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: a timeout or shutdown can end all of it
+                start_new_session=True,  # its own process group: a timeout or shutdown ends all of it
             )
         except OSError as exc:
             return b"", f"fork/exec {path}: {go_errno_text(exc)}"
         with self._lock:
             self._processes.add(process)
+        timed_out = False
         try:
-            output, _ = process.communicate()
+            try:
+                output, _ = process.communicate(timeout=timeout or None)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                log.request(rid, f"command timed out after {timeout:g}s; terminating its process group")
+                output = self._stop_group(process)
         finally:
             with self._lock:
                 self._processes.discard(process)
+        if timed_out:
+            return output, f"command timed out after {timeout:g}s ({_exit_text(process.returncode)})"
         if process.returncode != 0:
             return output, _exit_text(process.returncode)
         return output, None
 
+    def _stop_group(self, process: subprocess.Popen[bytes]) -> bytes:
+        """TERM the whole group, then KILL it if it is still there after the grace period."""
+        _signal_group(process.pid, signal.SIGTERM)
+        try:
+            output, _ = process.communicate(timeout=self.kill_grace)
+        except subprocess.TimeoutExpired:
+            _signal_group(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+        # Children that ignored TERM and outlived the leader still belong to the group.
+        _signal_group(process.pid, signal.SIGKILL)
+        return output
+
     def shutdown(self, grace: float) -> None:
-        """Wait up to `grace` seconds for running commands, then kill what is left, group and all."""
-        deadline = time.monotonic() + max(grace, 0.0)
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not self._processes and not self._threads:
-                    return
-            time.sleep(0.05)
+        """Wait up to `grace` seconds for running and queued commands, then kill what is left."""
+        if self._scheduler.wait_idle(max(grace, 0.0)):
+            return
         with self._lock:
             leftovers = list(self._processes)
         for process in leftovers:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except OSError:
-                pass
+            log.output(f"shutdown: killing the process group of command {process.pid}")
+            _signal_group(process.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass  # already gone

@@ -11,7 +11,9 @@ import yaml
 
 from hookrunner.config import Header
 from hookrunner.errors import DuplicateHookError, HooksFileError
+from hookrunner.godecode import parse_go_duration
 from hookrunner.log import log
+from hookrunner.scheduler import Limits
 
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -62,6 +64,9 @@ class Hook:
     incoming_payload_content_type: str = ""
     success_status: int = 0
     http_methods: tuple[str, ...] = ()
+    # hookrunner's own fields (the reference ignores unknown keys, so files stay portable):
+    command_timeout: float = 0.0
+    limits: Limits = Limits()
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -85,6 +90,12 @@ _HOOK_FIELDS = {
     "incoming-payload-content-type": "string",
     "success-http-response-code": "int",
     "http-methods": "strings",
+    # hookrunner extensions (docs/limits.md)
+    "command-timeout": "duration",
+    "max-concurrency": "int",
+    "max-queue": "int",
+    "coalesce": "bool",
+    "retry-after": "int",
 }
 _ARGUMENT_FIELDS = {"source": "string", "name": "string", "envname": "string", "base64decode": "bool"}
 _HEADER_FIELDS = {"name": "string", "value": "string"}
@@ -236,6 +247,36 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     return tuple(go_string(item, where) for item in value)
 
 
+def _go_duration_field(value: Any, where: str) -> float:
+    """A timeout given as seconds (a number) or as a Go duration string such as `30s` or `5m`."""
+    if value is None:
+        return 0.0
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        try:
+            seconds = parse_go_duration(value)
+        except ValueError as exc:
+            raise HooksFileError(f"{where}: {exc}") from exc
+    else:
+        raise HooksFileError(f"{where}: a number of seconds or a duration like \"30s\" is needed")
+    if seconds < 0:
+        raise HooksFileError(f"{where}: must not be negative")
+    return seconds
+
+
+def _limits(known: dict[str, Any], where: str) -> Limits:
+    limits = Limits(
+        max_concurrency=_go_int(known.get("max-concurrency"), where + "max-concurrency"),
+        max_queue=_go_int(known.get("max-queue"), where + "max-queue"),
+        coalesce=_go_bool(known.get("coalesce"), where + "coalesce"),
+        retry_after=_go_int(known.get("retry-after", 5), where + "retry-after"),
+    )
+    if min(limits.max_concurrency, limits.max_queue, limits.retry_after) < 0:
+        raise HooksFileError(f"{where}max-concurrency, max-queue and retry-after must not be negative")
+    return limits
+
+
 def decode_hook(data: Any) -> Hook:
     """One Hook from one decoded list entry; raises HooksFileError where Go's decoding fails."""
     from hookrunner.rules import parse_rule
@@ -279,6 +320,8 @@ def decode_hook(data: Any) -> Hook:
         ),
         success_status=_go_int(known.get("success-http-response-code"), where + "success-http-response-code"),
         http_methods=_strings(known.get("http-methods"), where + "http-methods"),
+        command_timeout=_go_duration_field(known.get("command-timeout"), where + "command-timeout"),
+        limits=_limits(known, where),
         extra=extra,
     )
 

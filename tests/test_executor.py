@@ -177,3 +177,30 @@ def test_background_commands_are_waited_for_and_killed_after_the_grace(tmp_path:
 
 def test_file_mode_is_private(probe: Path) -> None:
     assert stat.S_IMODE(os.stat(probe).st_mode) == 0o755  # sanity: the probe itself is executable
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    script = tmp_path / "stubborn"
+    # The leader ignores TERM; its child sleeps: both must be gone after the timeout and the grace.
+    script.write_text(f"#!/bin/sh\ntrap '' TERM\nsleep 30 &\necho $! > {pidfile}\nwait\n")
+    script.chmod(0o755)
+    runner = CommandRunner(kill_grace=0.3)
+    hook = Hook(id="h", execute_command=str(script), command_timeout=0.5)
+    started = time.monotonic()
+    result = runner.run(hook, request())
+    assert time.monotonic() - started < 5
+    assert result.error is not None and result.error.startswith("command timed out after 0.5s")
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # A zombie is gone for every purpose but its pid entry; anything else would be an orphan.
+    if Path(f"/proc/{child}").exists():
+        assert Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+
+
+def test_global_timeout_applies_when_the_hook_sets_none(tmp_path: Path) -> None:
+    runner = CommandRunner(command_timeout=0.2, kill_grace=0.2)
+    result = runner.run(Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "5"),)), request())
+    assert result.error == "command timed out after 0.2s (signal: terminated)"

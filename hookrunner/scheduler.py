@@ -1,0 +1,136 @@
+"""When commands run: per-hook concurrency limits, a bounded queue, coalescing, and a global cap."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from hookrunner.errors import HookrunnerError
+
+T = TypeVar("T")
+
+
+class Busy(HookrunnerError):
+    """The hook is at its concurrency limit and its queue is full: answer 429 with Retry-After."""
+
+    def __init__(self, hook_id: str, retry_after: int) -> None:
+        super().__init__(f"hook {hook_id} is busy")
+        self.hook_id = hook_id
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A hook's limits: `max_concurrency` 0 means unlimited; `max_queue` 0 means reject at the limit."""
+
+    max_concurrency: int = 0
+    max_queue: int = 0
+    coalesce: bool = False
+    retry_after: int = 5
+
+
+@dataclass
+class Job(Generic[T]):
+    """One admitted run; `work` is swapped for the newest request's while the job is still queued."""
+
+    work: Callable[[], T]
+    future: Future[T] = field(default_factory=Future)
+    coalesced: int = 0
+
+
+class _Gate(Generic[T]):
+    def __init__(self) -> None:
+        self.running = 0
+        self.pending: deque[Job[T]] = deque()
+
+
+class Scheduler(Generic[T]):
+    """Admits jobs per key (the hook id) and runs each on its own thread, within a global cap."""
+
+    def __init__(self, max_running: int = 0) -> None:
+        self._lock = threading.Lock()
+        self._gates: dict[str, _Gate[T]] = {}
+        self._global = threading.BoundedSemaphore(max_running) if max_running > 0 else None
+        self._waiting_global = 0
+        self._threads: set[threading.Thread] = set()
+        self._idle = threading.Condition(self._lock)
+
+    # --- counts, for logs and metrics ---
+
+    @property
+    def running(self) -> int:
+        with self._lock:
+            return sum(g.running for g in self._gates.values()) - self._waiting_global
+
+    @property
+    def queued(self) -> int:
+        with self._lock:
+            return sum(len(g.pending) for g in self._gates.values()) + self._waiting_global
+
+    def submit(self, key: str, limits: Limits, work: Callable[[], T]) -> tuple[Future[T], str]:
+        """Admit `work`; returns its future and how it was admitted: `started`, `queued` or `coalesced`.
+
+        Raises Busy when the key is at its limit and its queue is full.
+        """
+        with self._lock:
+            gate = self._gates.setdefault(key, _Gate())
+            at_limit = limits.max_concurrency > 0 and gate.running >= limits.max_concurrency
+            if not at_limit:
+                job: Job[T] = Job(work)
+                self._start(key, gate, job)
+                return job.future, "started"
+            if limits.coalesce and gate.pending:
+                # A run is already waiting: it will see the newest request instead of adding another run.
+                newest = gate.pending[-1]
+                newest.work = work
+                newest.coalesced += 1
+                return newest.future, "coalesced"
+            capacity = max(limits.max_queue, 1 if limits.coalesce else 0)
+            if len(gate.pending) >= capacity:
+                raise Busy(key, limits.retry_after)
+            job = Job(work)
+            gate.pending.append(job)
+            return job.future, "queued"
+
+    def _start(self, key: str, gate: _Gate[T], job: Job[T]) -> None:
+        # Called with the lock held.
+        gate.running += 1
+        thread = threading.Thread(target=self._run, args=(key, gate, job), name=f"command-{key}", daemon=True)
+        self._threads.add(thread)
+        thread.start()
+
+    def _run(self, key: str, gate: _Gate[T], job: Job[T]) -> None:
+        try:
+            if self._global is not None:
+                with self._lock:
+                    self._waiting_global += 1
+                self._global.acquire()
+                with self._lock:
+                    self._waiting_global -= 1
+            try:
+                if job.future.set_running_or_notify_cancel():
+                    try:
+                        job.future.set_result(job.work())
+                    except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                        job.future.set_exception(exc)
+            finally:
+                if self._global is not None:
+                    self._global.release()
+        finally:
+            with self._lock:
+                gate.running -= 1
+                self._threads.discard(threading.current_thread())
+                if gate.pending:
+                    self._start(key, gate, gate.pending.popleft())
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until nothing runs or waits, at most `timeout` seconds; returns whether it got idle."""
+        with self._idle:
+            return self._idle.wait_for(
+                lambda: not self._threads and not any(g.pending for g in self._gates.values()), timeout
+            )

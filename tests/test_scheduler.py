@@ -1,0 +1,109 @@
+"""Per-hook limits: start, queue, coalesce into the newest request, reject when full; a global cap."""
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from hookrunner.scheduler import Busy, Limits, Scheduler
+
+
+class Gate:
+    """Work that blocks until released, recording which request it ran for."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.ran: list[str] = []
+        self.lock = threading.Lock()
+
+    def work(self, name: str) -> Callable[[], str]:
+        def run() -> str:
+            self.release.wait(5)
+            with self.lock:
+                self.ran.append(name)
+            return name
+
+        return run
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_unlimited_starts_everything() -> None:
+    scheduler: Scheduler[str] = Scheduler()
+    gate = Gate()
+    futures = [scheduler.submit("h", Limits(), gate.work(str(i)))[0] for i in range(5)]
+    wait_for(lambda: scheduler.running == 5)
+    gate.release.set()
+    assert sorted(f.result(5) for f in futures) == ["0", "1", "2", "3", "4"]
+
+
+def test_queue_then_reject() -> None:
+    scheduler: Scheduler[str] = Scheduler()
+    gate = Gate()
+    limits = Limits(max_concurrency=1, max_queue=2, retry_after=7)
+    first, how1 = scheduler.submit("h", limits, gate.work("a"))
+    second, how2 = scheduler.submit("h", limits, gate.work("b"))
+    third, how3 = scheduler.submit("h", limits, gate.work("c"))
+    assert (how1, how2, how3) == ("started", "queued", "queued")
+    assert scheduler.queued == 2
+    with pytest.raises(Busy) as busy:
+        scheduler.submit("h", limits, gate.work("d"))
+    assert busy.value.retry_after == 7
+    # another hook has its own gate
+    other, how = scheduler.submit("other", limits, gate.work("x"))
+    assert how == "started"
+    gate.release.set()
+    assert [first.result(5), second.result(5), third.result(5), other.result(5)] == ["a", "b", "c", "x"]
+    assert gate.ran.index("b") < gate.ran.index("c")  # the queue is FIFO
+
+
+def test_reject_at_once_without_a_queue() -> None:
+    scheduler: Scheduler[str] = Scheduler()
+    gate = Gate()
+    scheduler.submit("h", Limits(max_concurrency=1), gate.work("a"))
+    with pytest.raises(Busy):
+        scheduler.submit("h", Limits(max_concurrency=1), gate.work("b"))
+    gate.release.set()
+
+
+def test_coalesce_runs_once_more_with_the_newest_request() -> None:
+    scheduler: Scheduler[str] = Scheduler()
+    gate = Gate()
+    limits = Limits(max_concurrency=1, coalesce=True)
+    running, _ = scheduler.submit("h", limits, gate.work("push-1"))
+    outcomes = [scheduler.submit("h", limits, gate.work(f"push-{i}")) for i in range(2, 12)]
+    assert [how for _, how in outcomes] == ["queued"] + ["coalesced"] * 9
+    assert len({id(f) for f, _ in outcomes}) == 1  # one shared run
+    gate.release.set()
+    assert running.result(5) == "push-1"
+    assert outcomes[0][0].result(5) == "push-11"  # the queued run saw the latest push
+    wait_for(lambda: scheduler.wait_idle(0))
+    assert gate.ran == ["push-1", "push-11"]
+
+
+def test_global_cap_makes_runs_wait() -> None:
+    scheduler: Scheduler[str] = Scheduler(max_running=2)
+    gate = Gate()
+    futures = [scheduler.submit(f"h{i}", Limits(), gate.work(str(i)))[0] for i in range(4)]
+    wait_for(lambda: scheduler.queued == 2)
+    assert scheduler.running == 2
+    gate.release.set()
+    assert sorted(f.result(5) for f in futures) == ["0", "1", "2", "3"]
+    assert scheduler.wait_idle(5)
+
+
+def test_errors_reach_the_future() -> None:
+    scheduler: Scheduler[str] = Scheduler()
+
+    def boom() -> str:
+        raise RuntimeError("boom")
+
+    future, _ = scheduler.submit("h", Limits(), boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        future.result(5)
