@@ -33,8 +33,10 @@ __all__ = [
     "OrRule",
     "Outcome",
     "Rule",
+    "extract_signatures",
     "go_string",
     "parse_rule",
+    "parse_scalr_date",
 ]
 
 # Match types, as webhook spells them.
