@@ -111,6 +111,9 @@ class HookWorker(ThreadWorker):
             self._request_reload()
         self._watcher = _start_watcher(_ctx.registry) if _ctx.config.hotreload else None
         self._stop_started = 0.0
+        # In this process only: requests get SHUTDOWN_GRACE, so there is time left to kill leftover
+        # commands before the master's own, longer, deadline ends this worker with SIGKILL.
+        self.cfg.set("graceful_timeout", int(SHUTDOWN_GRACE))
         super().init_process()
 
     def init_signals(self) -> None:
@@ -228,9 +231,10 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
         "user": os.getuid(),
         "group": os.getgid(),
         "proc_name": "hookrunner",
-        "accesslog": "-" if config.debug else None,
+        # Requests are logged by the app in webhook's format; gunicorn speaks only of its own trouble.
+        "accesslog": None,
         "errorlog": "-",
-        "loglevel": "debug" if config.debug else "critical",
+        "loglevel": "info" if config.debug else "critical",
         "http_protocols": "h1",
     }
     if config.secure:
