@@ -990,9 +990,6 @@ def _new_number(tree: _Tree, pos: int, text: str, typ: int) -> _NumberNode:
         return n
     if text.endswith("i"):
         f = _parse_go_float(text[:-1])
-        if f is None:
-            iv = _parse_go_int(text[:-1], True)
-            f = float(iv) if iv is not None else None
         if f is not None:
             n.is_complex = True
             n.complex = complex(0, f)
