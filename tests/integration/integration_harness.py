@@ -33,6 +33,14 @@ SERVER_FLAGS: dict[str, tuple[str, ...]] = {
     "prefix": ("-urlprefix", "webhooks"),
 }
 
+# The -header headers each flag set adds, which answers of a matched hook carry.
+SERVER_GLOBAL_HEADERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "default": (("X-Global", "g"), ("X-Second", "two words")),
+    "methods": (("X-Global", "g"),),
+    "noprefix": (),
+    "prefix": (),
+}
+
 IMPLEMENTATIONS = ("hookrunner", "reference")
 FORMATS = ("json", "yaml")
 
