@@ -981,10 +981,7 @@ def _new_number(tree: _Tree, pos: int, text: str, typ: int) -> _NumberNode:
         n.is_int = n.is_uint = n.is_float = True
         return n
     if typ == _Tok.COMPLEX:
-        try:
-            n.complex = complex(text.replace("_", "")[:-1] + "j")
-        except ValueError:
-            raise _NumberError("expected integer") from None
+        n.complex = _parse_go_complex(text)
         n.is_complex = True
         _simplify_complex(n)
         return n
@@ -1020,6 +1017,19 @@ def _new_number(tree: _Tree, pos: int, text: str, typ: int) -> _NumberNode:
     if not (n.is_int or n.is_uint or n.is_float):
         raise _NumberError(f"illegal number syntax: {go_quote(text)}")
     return n
+
+
+def _parse_go_complex(text: str) -> complex:
+    """fmt.Sscan of a complex literal such as 1+2i: a real float, a signed imaginary float, then i."""
+    split = -1
+    for i in range(len(text) - 1, 0, -1):
+        if text[i] in "+-" and text[i - 1] not in "eEpP":
+            split = i
+            break
+    real, imag = _parse_go_float(text[:split]), _parse_go_float(text[split:-1])
+    if split < 0 or not text.endswith("i") or real is None or imag is None:
+        raise _NumberError("syntax error scanning complex number")
+    return complex(real, imag)
 
 
 def _simplify_complex(n: _NumberNode) -> None:
@@ -2385,7 +2395,8 @@ def _go_slice(item: Any, *indexes: Any) -> Any:
         raise _CallError(f"can't slice item of type {_go_type(item)}")
     idx = [0, cap, 0]
     for i, index in enumerate(indexes):
-        idx[i] = _index_arg(_indirect_iface(index), cap)
+        # Unlike index, slice does not look inside interface values: an element read from data is refused.
+        idx[i] = _index_arg(index, cap)
     if idx[0] > idx[1]:
         raise _CallError(f"invalid slice index: {idx[0]} > {idx[1]}")
     if len(indexes) == 3 and idx[1] > idx[2]:
