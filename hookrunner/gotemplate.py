@@ -1020,16 +1020,57 @@ def _new_number(tree: _Tree, pos: int, text: str, typ: int) -> _NumberNode:
 
 
 def _parse_go_complex(text: str) -> complex:
-    """fmt.Sscan of a complex literal such as 1+2i: a real float, a signed imaginary float, then i."""
-    split = -1
-    for i in range(len(text) - 1, 0, -1):
-        if text[i] in "+-" and text[i - 1] not in "eEpP":
-            split = i
-            break
-    real, imag = _parse_go_float(text[:split]), _parse_go_float(text[split:-1])
-    if split < 0 or not text.endswith("i") or real is None or imag is None:
+    """fmt.Sscan of a complex literal such as 1+2i: a float token, a sign, a float token, then i."""
+    pos = 0
+
+    def accept(chars: str) -> bool:
+        nonlocal pos
+        if pos < len(text) and text[pos] in chars:
+            pos += 1
+            return True
+        return False
+
+    def float_token() -> str:
+        # fmt's scanner takes the longest run that looks like a float, without checking it.
+        start = pos
+        if accept("nN") and accept("aA") and accept("nN"):
+            return text[start:pos]
+        accept("+-")
+        if accept("iI") and accept("nN") and accept("fF"):
+            return text[start:pos]
+        digits, exp = "0123456789_", "eEpP"
+        if accept("0") and accept("xX"):
+            digits, exp = "0123456789aAbBcCdDeEfF_", "pP"
+        while accept(digits):
+            pass
+        if accept("."):
+            while accept(digits):
+                pass
+        if accept(exp):
+            accept("+-")
+            while accept("0123456789_"):
+                pass
+        return text[start:pos]
+
+    real = float_token()
+    sign_at = pos
+    if not accept("+-"):
         raise _NumberError("syntax error scanning complex number")
-    return complex(real, imag)
+    imag = text[sign_at] + float_token()
+    if not accept("i"):
+        raise _NumberError("syntax error scanning complex number")
+    parts = []
+    for token in (real, imag):
+        value = _parse_go_float(token)
+        if value is None:
+            try:
+                out_of_range = math.isinf(float(token.replace("_", "")))
+            except ValueError:
+                out_of_range = False
+            reason = "value out of range" if out_of_range else "invalid syntax"
+            raise _NumberError(f"strconv.ParseFloat: parsing {go_quote(token)}: {reason}")
+        parts.append(value)
+    return complex(parts[0], parts[1])
 
 
 def _simplify_complex(n: _NumberNode) -> None:
