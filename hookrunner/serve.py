@@ -54,6 +54,9 @@ class Runner(Protocol):
     def shutdown(self, grace: float) -> object: ...
 
 
+_HELD_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1}
+
+
 class _Quiet(gunicorn.http.wsgi.Response):
     """A response without gunicorn's `Server:` header: webhook (Go's net/http) sends none."""
 
@@ -73,16 +76,22 @@ class _Context:
 _ctx = _Context()
 
 
-def _start_reloader(registry: Registry) -> Callable[[], None]:
-    """A thread that reloads every hooks file when asked; signal handlers only enqueue."""
-    requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
+class _Reloader:
+    """Reloads every hooks file on request, on its own thread: signal handlers only enqueue."""
 
-    def reload_forever() -> None:
-        while requests.get():
-            registry.reload_all()
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
+        self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
 
-    threading.Thread(target=reload_forever, name="hooks-reloader", daemon=True).start()
-    return lambda: requests.put(True)
+    def request(self) -> None:
+        self._requests.put(True)
+
+    def start(self) -> None:
+        threading.Thread(target=self._serve_requests, name="hooks-reloader", daemon=True).start()
+
+    def _serve_requests(self) -> None:
+        while self._requests.get():
+            self._registry.reload_all()
 
 
 def _start_watcher(registry: Registry) -> HooksWatcher:
@@ -105,11 +114,11 @@ class HookWorker(ThreadWorker):
     def init_process(self) -> None:
         # Go's net/http sends no Server header; swap the response class in this process only.
         gunicorn.http.wsgi.Response = _Quiet
-        self._request_reload = _start_reloader(_ctx.registry)
+        self._reloader = _Reloader(_ctx.registry)
         if self.age > 1:
             # A replacement worker starts from the master's start-up hooks; catch up with the files.
-            self._request_reload()
-        self._watcher = _start_watcher(_ctx.registry) if _ctx.config.hotreload else None
+            self._reloader.request()
+        self._watcher: HooksWatcher | None = None
         self._stop_started = 0.0
         # In this process only: requests get SHUTDOWN_GRACE, so there is time left to kill leftover
         # commands before the master's own, longer, deadline ends this worker with SIGKILL.
@@ -122,9 +131,15 @@ class HookWorker(ThreadWorker):
         signal.signal(signal.SIGUSR1, self._reload_signal)
         signal.signal(signal.SIGINT, self.handle_exit)
         signal.siginterrupt(signal.SIGHUP, False)
+        # Signals that arrived between fork and now were held back by the master (see spawn_worker).
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_SIGNALS)
+        # Threads start only now: a thread inherits the signal mask, and so would the commands it ran.
+        self._reloader.start()
+        if _ctx.config.hotreload:
+            self._watcher = _start_watcher(_ctx.registry)
 
     def _reload_signal(self, signum: int, frame: object) -> None:
-        self._request_reload()
+        self._reloader.request()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if not self._stop_started:
@@ -154,6 +169,16 @@ class HookArbiter(Arbiter):
         # The socket is ours (or systemd's): gunicorn must not unlink a Unix socket path when stopping;
         # the CLI removes the ones it created. This flag only controls that and re-exec, which is off.
         self.systemd = True
+
+    def spawn_worker(self) -> int:
+        # A stop or reload sent to the new worker before it installs its own handlers would reach the
+        # master's copied handlers and be lost (the worker would then run until SIGKILL). Hold those
+        # signals across the fork; the worker releases them once its handlers are in place.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+        try:
+            return int(super().spawn_worker())
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_SIGNALS)
 
     def handle_hup(self) -> None:
         log.output("caught HUP signal")

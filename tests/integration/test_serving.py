@@ -335,6 +335,25 @@ def test_worker_replaced_after_a_crash_serves_current_hooks(tmp_path: Path, serv
     assert server.stop() == 0
 
 
+def test_commands_start_with_no_blocked_signals(tmp_path: Path, servers: list[Server]) -> None:
+    code = "print([l for l in open('/proc/self/status') if l.startswith('SigBlk')][0].split()[1])"
+    server = Server(tmp_path, [python_hook("mask", code, **{"include-command-output-in-response": True})])
+    servers.append(server)
+    server.ready()
+    assert server.request("POST", "/hooks/mask")[::2] == (200, b"0000000000000000\n")
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_stop_right_after_start_is_not_lost(tmp_path: Path, servers: list[Server], attempt: int) -> None:
+    # SIGTERM as soon as the start-up log ends: the worker may still be booting.
+    server = Server(tmp_path, [ECHO_HOOK])
+    servers.append(server)
+    assert server.wait_for_log("os signal watcher ready")
+    time.sleep(0.05 * attempt)
+    server.signal(signal.SIGTERM)
+    assert server.process.wait(timeout=10) == 0
+
+
 def _quiet_request(server: Server, path: str) -> int:
     try:
         return server.request("POST", path)[0]
@@ -436,3 +455,33 @@ def test_exit_codes_match_the_reference(tmp_path: Path, argv: list[str]) -> None
     assert ours.returncode == theirs.returncode
     if "-version" not in argv:
         assert LOG_LINE.sub("", ours.stdout) == LOG_LINE.sub("", theirs.stdout)
+
+
+@pytest.mark.reference
+@pytest.mark.skipif(shutil.which("webhook") is None, reason="reference webhook not installed")
+def test_startup_log_matches_the_reference(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text(json.dumps([ECHO_HOOK, {"id": "second", "execute-command": "/bin/echo"}]))
+    (tmp_path / "b.yaml").write_text("- id: third\n  execute-command: /bin/echo\n")
+    flags = ["-hooks", "a.json", "-hooks", "b.yaml", "-verbose", "-hotreload", "-ip", "127.0.0.1"]
+
+    def startup_log(program: str) -> list[str]:
+        port = free_port()
+        err = tmp_path / f"{Path(program).name}.err"
+        with open(err, "wb") as handle:
+            process = subprocess.Popen([program, *flags, "-port", str(port)], stderr=handle, cwd=tmp_path)
+        try:
+            assert wait_until(lambda: "serving hooks on" in err.read_text(), timeout=15)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+        lines = [LOG_LINE.sub("", line) for line in err.read_text().splitlines()]
+        lines = lines[: next(i for i, line in enumerate(lines) if "serving hooks on" in line) + 1]
+        # The version differs by design and the port by necessity; Go logs `os signal watcher ready`
+        # from a goroutine, so where that line lands is a race.
+        return [
+            "version starting" if line.startswith("version ") else line.replace(f":{port}/", ":PORT/")
+            for line in lines
+            if line != "os signal watcher ready"
+        ]
+
+    assert startup_log(HOOKRUNNER) == startup_log("webhook")
