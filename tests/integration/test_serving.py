@@ -447,11 +447,10 @@ def test_port_in_use(tmp_path: Path) -> None:
     "argv", [["-setuid", "5"], ["-setgid", "5"], ["-version"], ["-hooks", "/nonexistent"]]
 )
 def test_exit_codes_match_the_reference(tmp_path: Path, argv: list[str]) -> None:
-    port = ["-port", str(free_port())]
     theirs = subprocess.run(
-        ["webhook", *argv, *port], capture_output=True, text=True, timeout=30, cwd=tmp_path
+        ["webhook", *argv, "-port", str(free_port())], capture_output=True, text=True, timeout=30, cwd=tmp_path
     )
-    ours = run_once(tmp_path, *argv, *port)
+    ours = run_once(tmp_path, *argv, "-port", str(free_port()))
     assert ours.returncode == theirs.returncode
     if "-version" not in argv:
         assert LOG_LINE.sub("", ours.stdout) == LOG_LINE.sub("", theirs.stdout)
