@@ -53,6 +53,7 @@ MSG_COMMAND_ERROR = (
     b"Error occurred while executing the hook's command. Please check your logs for more details."
 )
 TEXT_PLAIN = "text/plain; charset=utf-8"
+GO_BUFFER_BEFORE_CHUNKING = 2048
 
 #: WSGI keys that are not request headers in Go's sense (Go moves Host and Transfer-Encoding out).
 _NOT_HEADERS = {"HTTP_HOST", "HTTP_TRANSFER_ENCODING"}
@@ -86,7 +87,8 @@ def answer(status: int, body: bytes, headers: dict[str, str], explicit_type: str
     elif body and "Content-Type" not in headers:
         headers["Content-Type"] = detect_content_type(body)
     response = Answer(body, status=status_line(status), headers=list(headers.items()))
-    if bodyless:
+    if bodyless or len(body) > GO_BUFFER_BEFORE_CHUNKING:
+        # Go knows the length only of a body that fits its 2 KiB buffer; a longer one goes out chunked.
         response.headers.pop("Content-Length", None)
     response.written_status = written_status
     response.written_headers = written_headers
@@ -285,14 +287,13 @@ class HookApp:
         ok = True
         if hook.trigger_rule is not None:
             req.allow_signature_errors = hook.signature_soft_failures
-            try:
-                ok = hook.trigger_rule.evaluate(req)
-            except ParameterNodeError as exc:
-                log.request(rid, str(exc))
-                ok = False
-            except HookrunnerError as exc:
-                log.request(rid, f"error evaluating hook: {exc}")
-                return answer(500, MSG_RULE_ERROR, headers)
+            # Go's (result, error) pair: `not` over a missing parameter is true *and* carries the error.
+            ok, error = hook.trigger_rule.check(req)
+            if error is not None:
+                if not isinstance(error, ParameterNodeError):
+                    log.request(rid, f"error evaluating hook: {error}")
+                    return answer(500, MSG_RULE_ERROR, headers)
+                log.request(rid, str(error))
 
         if not ok:
             status = self.configured_status(rid, hook, hook.mismatch_status)
@@ -458,10 +459,18 @@ def create_app(config: Config, registry: HookRegistry, runner: CommandRunner) ->
     # slashes and empty ids, and cleans paths with a 301, none of which werkzeug's rules reproduce.
     @app.before_request
     def dispatch() -> Answer:
+        environ = request.environ
+        # Answers Go's server gives before any handler runs.
+        if environ.get("SERVER_PROTOCOL") == "HTTP/1.1" and not environ.get("HTTP_HOST"):
+            return answer(
+                400, b"400 Bad Request: missing required Host header", {"Connection": "close"}, TEXT_PLAIN
+            )
+        if (environ.get("RAW_URI") or environ.get("REQUEST_URI")) == "*" and request.method == "OPTIONS":
+            return answer(0, b"", {})
         try:
-            path = go_request_path(request.environ)
+            path = go_request_path(environ)
         except ValueError:
-            return answer(400, b"400 Bad Request", {}, TEXT_PLAIN)
+            return answer(400, b"400 Bad Request", {"Connection": "close"}, TEXT_PLAIN)
         cleaned = clean_path(path)
         if cleaned != path:
             query = request.environ.get("QUERY_STRING", "")
