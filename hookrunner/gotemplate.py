@@ -1,8 +1,6 @@
 """Go's text/template language for `-template` hooks files: lexer, parser, executor and Go's fmt verbs.
 
-Written from the text/template and fmt documentation and from behaviour recorded from Go (see
-tests/data/gotemplate/vectors.json); error messages are worded as Go words them.
-"""
+Checked against output and error text recorded from Go (tests/data/gotemplate/vectors.json)."""
 
 from __future__ import annotations
 
@@ -11,14 +9,22 @@ import os
 import posixpath
 import unicodedata
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, NoReturn
 
 from hookrunner.errors import TemplateError
 
-__all__ = ["Template", "render_hooks_template", "go_quote", "go_sprint", "go_sprintf", "TemplateError"]
+__all__ = [
+    "Template",
+    "TemplateError",
+    "WEBHOOK_FUNCS",
+    "go_quote",
+    "go_sprint",
+    "go_sprintf",
+    "render_hooks_template",
+]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1512,10 +1518,6 @@ def _unwrap(v: Any) -> Any:
     return v.value if type(v) is _Iface else v
 
 
-def _elem(v: Any) -> _Iface:
-    return _Iface(v)
-
-
 def _go_type(v: Any) -> str:
     t = type(v)
     if t is _Iface:
@@ -1676,7 +1678,7 @@ def _format_hex_float(x: float, prec: int, verb: str) -> str:
     if x == 0 and prec > 0:
         mant = "0." + "0" * prec
     out = f"0x{mant}p{'-' if exp < 0 else '+'}{abs(exp):02d}"
-    return out.upper().replace("0X", "0X") if verb == "X" else out
+    return out.upper() if verb == "X" else out
 
 
 @dataclass
@@ -1898,7 +1900,7 @@ class _Printer:
         self._pad(num[1:])
 
     # -- dispatch
-    def bad_verb(self, verb: str, arg: Any, have_arg: bool = True) -> None:
+    def bad_verb(self, verb: str, arg: Any) -> None:
         self.buf.append("%!" + verb + "(")
         if arg is not None:
             self.buf.append(_go_type(arg) + "=")
@@ -3033,10 +3035,3 @@ class Template:
 def render_hooks_template(text: str, name: str = "hooks") -> str:
     """Render a hooks file as webhook's -template does: Go text/template, nil data, getenv/cat/credential."""
     return Template.parse(text, name, WEBHOOK_FUNCS).execute(None)
-
-
-def _iter_nodes(node: _Node) -> Iterator[_Node]:  # pragma: no cover - debugging aid
-    yield node
-    for attr in ("nodes",):
-        for child in getattr(node, attr, []):
-            yield from _iter_nodes(child)
