@@ -6,6 +6,7 @@ import errno
 import os
 import signal
 import socket
+import ssl
 import stat
 import sys
 import time
@@ -220,6 +221,19 @@ def _oserror_text(err: OSError) -> str:
     return str(err)
 
 
+def _key_pair_problem(cert: str, key: str) -> str:
+    """What Go's tls.LoadX509KeyPair would say about unreadable or PEM-less files, or ""."""
+    for path, what in ((cert, "certificate"), (key, "key")):
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as err:
+            return _oserror_text(err)
+        if b"-----BEGIN" not in data:
+            return f"tls: failed to find any PEM data in {what} input"
+    return ""
+
+
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
@@ -342,25 +356,33 @@ def _run(config: Config, listener: Listener) -> int:
         for path in registry.files:
             log.output(f"setting up file watcher for {path}")
 
-    scheme = "http"
+    runner = CommandRunner()
+    app = create_app(config, registry, runner)
+    base = f"/{config.urlprefix}" if config.urlprefix else ""
+    context: ssl.SSLContext | None = None
     if config.secure:
-        scheme = "https"
+        # webhook checks the TLS flags, announces the address, and only then finds a bad cert or key.
         try:
             tls.min_version(config.tls_min_version)
             tls.openssl_cipher_string(config.cipher_suites)
         except tls.TLSSettingError as err:
             log.output(str(err))
             return 1
-        for path in (config.cert, config.key):
-            if not os.path.exists(path):
-                log.output(f"open {path}: no such file or directory")
-                return 1
-
-    runner = CommandRunner()
-    app = create_app(config, registry, runner)
-    base = f"/{config.urlprefix}" if config.urlprefix else ""
-    log.output(f"serving hooks on {scheme}://{listener.address}{base}/{{id}}")
+        log.output(f"serving hooks on https://{listener.address}{base}/{{id}}")
+        problem = _key_pair_problem(config.cert, config.key)
+        if problem:
+            log.output(problem)
+            return 1
+        try:
+            context = tls.server_context(
+                config.cert, config.key, config.tls_min_version, config.cipher_suites
+            )
+        except (OSError, ValueError) as err:
+            log.output(f"tls: {getattr(err, 'reason', None) or err}")
+            return 1
+    else:
+        log.output(f"serving hooks on http://{listener.address}{base}/{{id}}")
     log.output("os signal watcher ready")
     fd = listener.sock.detach()
-    serve(config, app, registry, runner, fd)
+    serve(config, app, registry, runner, fd, context)
     return 0

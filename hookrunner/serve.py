@@ -269,17 +269,27 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
     return options
 
 
-def serve(config: Config, wsgi_app: Any, registry: Registry, runner: Runner, fd: int) -> None:
-    """Serve until SIGTERM/SIGINT on the listening socket `fd`. Returns only in the master process.
+def serve(
+    config: Config,
+    wsgi_app: Any,
+    registry: Registry,
+    runner: Runner,
+    fd: int,
+    ssl_context: ssl.SSLContext | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT on the listening socket `fd` (HTTPS with `ssl_context` under -secure).
 
-    The worker process leaves through SystemExit; callers doing clean-up must check their pid.
+    Returns only in the master process; the worker process leaves through SystemExit, so callers doing
+    clean-up must check their pid.
     """
     _ctx.config = config
     _ctx.registry = registry
     _ctx.runner = runner
-    if config.secure:
-        _ctx.ssl_context = tls.server_context(config.cert, config.key, config.tls_min_version,
-                                              config.cipher_suites)
+    if config.secure and ssl_context is None:
+        ssl_context = tls.server_context(
+            config.cert, config.key, config.tls_min_version, config.cipher_suites
+        )
+    _ctx.ssl_context = ssl_context
     app = HookApplication(wsgi_app, gunicorn_options(config, fd))
     master = os.getpid()
     try:

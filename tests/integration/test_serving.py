@@ -484,3 +484,15 @@ def test_startup_log_matches_the_reference(tmp_path: Path) -> None:
         ]
 
     assert startup_log(HOOKRUNNER) == startup_log("webhook")
+
+
+def test_missing_certificate(tmp_path: Path) -> None:
+    (tmp_path / "hooks.json").write_text(json.dumps([ECHO_HOOK]))
+    port = free_port()
+    done = run_once(tmp_path, "-verbose", "-secure", "-ip", "127.0.0.1", "-port", str(port))
+    # Like webhook: the address is announced, then the certificate turns out to be missing.
+    assert [LOG_LINE.sub("", line) for line in done.stderr.splitlines()[-2:]] == [
+        f"serving hooks on https://127.0.0.1:{port}/hooks/{{id}}",
+        "open cert.pem: no such file or directory",
+    ]
+    assert done.returncode == 1  # webhook exits 0 here; a failed start must not look like success
