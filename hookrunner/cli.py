@@ -205,7 +205,8 @@ def create_pidfile(path: str) -> None:
             old = int(handle.read().strip())
     except (OSError, ValueError):
         old = 0
-    if old > 0 and os.path.exists(f"/proc/{old}"):
+    # Our own pid in the file is stale too: a container restarted with the same pid (often 1).
+    if old > 0 and old != os.getpid() and os.path.exists(f"/proc/{old}"):
         raise OSError(f"pid file found, ensure webhook is not running or delete {path}")
     os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

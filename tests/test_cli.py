@@ -110,9 +110,14 @@ def test_pidfile(tmp_path: Path) -> None:
     cli.create_pidfile(str(path))
     assert path.read_text() == str(os.getpid())
     assert oct(path.stat().st_mode & 0o777) == oct(0o600)
-    # Our own pid is running, so a second start is refused.
+    # A running process's pid refuses a second start.
+    path.write_text(str(os.getppid()))
     with pytest.raises(OSError, match=f"pid file found, ensure webhook is not running or delete {path}"):
         cli.create_pidfile(str(path))
+    assert path.read_text() == str(os.getppid())
+    # Our own pid is stale: a restarted container gets the same pid again.
+    path.write_text(str(os.getpid()))
+    cli.create_pidfile(str(path))
     # A pid nobody has any more (a finished child) is stale and overwritten.
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     path.write_text(done.stdout.strip())
