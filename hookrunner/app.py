@@ -258,9 +258,10 @@ class HookApp:
             log.request(rid, f"request body larger than {self.config.max_body_size} bytes, answering 413")
             response = answer(413, b"Request body too large.", dict(self.global_headers))
         except ReplacePanicError as exc:
-            # webhook's handler panics here and its recoverer answers an empty 500.
+            # webhook's handler panics here; chi's recoverer answers with http.Error's 500.
             log.request(rid, f"panic: {exc}")
-            response = answer(500, b"", self.global_headers)
+            headers = {**self.global_headers, "X-Content-Type-Options": "nosniff"}
+            response = answer(500, b"Internal Server Error\n", headers, TEXT_PLAIN)
         if self.config.debug:
             self.dump_response(rid, response)
         self.access_log(rid, response, started)
@@ -362,6 +363,8 @@ class HookApp:
         headers: dict[str, Any] = {}
         for key, value in environ.items():
             if key.startswith("HTTP_") and key not in _NOT_HEADERS:
+                # WSGI hands header bytes over as latin-1; Go keeps them as they came (UTF-8 or not).
+                value = value.encode("latin-1").decode("utf-8", "surrogateescape")
                 headers.setdefault(canonical_header_key(key[5:].replace("_", "-")), value)
         if environ.get("CONTENT_TYPE"):
             headers.setdefault("Content-Type", environ["CONTENT_TYPE"])

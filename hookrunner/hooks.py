@@ -11,7 +11,15 @@ import yaml
 
 from hookrunner.config import Header
 from hookrunner.errors import DuplicateHookError, HooksFileError
-from hookrunner.godecode import parse_go_duration
+from hookrunner.godecode import (
+    fields,
+    go_bool,
+    go_int,
+    go_string,
+    json_kind,
+    parse_go_duration,
+    yaml_v2_scalar,
+)
 from hookrunner.log import log
 from hookrunner.scheduler import Limits
 
@@ -19,13 +27,16 @@ _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Loader(_BaseLoader):
-    """YAML 1.1 as Go's yaml.v2 reads it into interface{}: dates stay strings."""
+    """YAML as Go's yaml.v2 reads it into interface{}: plain scalars resolved by yaml.v2's rules."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and implicit[0]:
+            return _PLAIN_TAG
+        return super().resolve(kind, value, implicit)
 
 
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
-}
+_PLAIN_TAG = "tag:hookrunner,2026:yaml-v2-plain"
+_Loader.add_constructor(_PLAIN_TAG, lambda loader, node: yaml_v2_scalar(node.value))
 
 
 @dataclass(frozen=True)
@@ -101,99 +112,13 @@ _ARGUMENT_FIELDS = {"source": "string", "name": "string", "envname": "string", "
 _HEADER_FIELDS = {"name": "string", "value": "string"}
 
 
-def _go_float_string(value: float) -> str:
-    """ghodss/yaml turns a YAML float read into a string field into strconv's 'g', -1, 32 form."""
-    import struct
-
-    if value != value:
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "+Inf" if value > 0 else "-Inf"
-    f32 = struct.unpack("f", struct.pack("f", value))[0]
-    for precision in range(1, 10):
-        text = f"{f32:.{precision}e}"
-        if struct.unpack("f", struct.pack("f", float(text)))[0] == f32:
-            break
-    mantissa, exp_text = text.split("e")
-    digits = mantissa.replace("-", "").replace(".", "").rstrip("0") or "0"
-    exponent = int(exp_text)
-    sign = "-" if f32 < 0 else ""
-    if exponent < -4 or exponent >= 6:  # strconv's shortest 'g' switches to an exponent at 1e6
-        frac = f".{digits[1:]}" if len(digits) > 1 else ""
-        return f"{sign}{digits[0]}{frac}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
-    if exponent < 0:
-        return f"{sign}0.{'0' * (-exponent - 1)}{digits}"
-    whole = digits[: exponent + 1].ljust(exponent + 1, "0")
-    frac = digits[exponent + 1 :]
-    return f"{sign}{whole}{'.' + frac if frac else ''}"
-
-
-def go_string(value: Any, where: str) -> str:
-    """A scalar read into a Go string field: YAML numbers and booleans become their text, as ghodss does."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return _go_float_string(value)
-    if isinstance(value, str):
-        return value
-    raise HooksFileError(
-        f"json: cannot unmarshal {_json_kind(value)} into Go struct field {where} of type string"
-    )
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    return "string"
-
-
-def _go_int(value: Any, where: str) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    kind = _json_kind(value)
-    if isinstance(value, float):
-        kind = f"number {value}"
-    raise HooksFileError(f"json: cannot unmarshal {kind} into Go struct field {where} of type int")
-
-
-def _go_bool(value: Any, where: str) -> bool:
-    if value is None:
-        return False
-    if isinstance(value, bool):
-        return value
-    raise HooksFileError(
-        f"json: cannot unmarshal {_json_kind(value)} into Go struct field {where} of type bool"
-    )
-
-
-def _fields(data: Any, spec: dict[str, str], where: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Match keys to fields as encoding/json does: exact name first, else ignoring case; the rest is extra."""
+def _known(data: Any, spec: dict[str, str], where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields encoding/json would fill (exact name, else ignoring case; a later key wins) and the rest."""
     if not isinstance(data, dict):
-        raise HooksFileError(f"json: cannot unmarshal {_json_kind(data)} into Go value of type {where}")
-    known: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
-    lowered = {name.lower(): name for name in spec}
-    for raw_key, value in data.items():
-        key = go_string(raw_key, where)
-        name = key if key in spec else lowered.get(key.lower())
-        if name is None:
-            extra[key] = value
-        else:
-            known[name] = value
+        raise HooksFileError(f"json: cannot unmarshal {json_kind(data)} into Go value of type {where}")
+    known = dict(fields(data, tuple(spec)))
+    folded = {name.lower() for name in spec}
+    extra = {go_string(k): v for k, v in data.items() if go_string(k).lower() not in folded}
     return known, extra
 
 
@@ -202,7 +127,7 @@ def _arguments(value: Any, where: str) -> tuple[Argument, ...]:
         return ()
     if not isinstance(value, list):
         raise HooksFileError(
-            f"json: cannot unmarshal {_json_kind(value)} into Go struct field {where} of type []hook.Argument"
+            f"json: cannot unmarshal {json_kind(value)} into Go struct field {where} of type []hook.Argument"
         )
     return tuple(decode_argument(item, where) for item in value if item is not None)
 
@@ -211,12 +136,12 @@ def decode_argument(data: Any, where: str = "Hook.parameter") -> Argument:
     """An Argument from its decoded mapping (also used for a match rule's `parameter`)."""
     if data is None:
         return Argument()
-    known, _ = _fields(data, _ARGUMENT_FIELDS, where)
+    known, _ = _known(data, _ARGUMENT_FIELDS, where)
     return Argument(
         source=go_string(known.get("source"), where + ".source"),
         name=go_string(known.get("name"), where + ".name"),
         envname=go_string(known.get("envname"), where + ".envname"),
-        base64decode=_go_bool(known.get("base64decode"), where + ".base64decode"),
+        base64decode=go_bool(known.get("base64decode"), where + ".base64decode"),
     )
 
 
@@ -225,14 +150,14 @@ def _headers(value: Any, where: str) -> tuple[Header, ...]:
         return ()
     if not isinstance(value, list):
         raise HooksFileError(
-            f"json: cannot unmarshal {_json_kind(value)} into Go struct field {where} "
+            f"json: cannot unmarshal {json_kind(value)} into Go struct field {where} "
             "of type hook.ResponseHeaders"
         )
     result = []
     for item in value:
         if item is None:
             continue
-        known, _ = _fields(item, _HEADER_FIELDS, where)
+        known, _ = _known(item, _HEADER_FIELDS, where)
         result.append(Header(go_string(known.get("name"), where), go_string(known.get("value"), where)))
     return tuple(result)
 
@@ -242,7 +167,7 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
         return ()
     if not isinstance(value, list):
         raise HooksFileError(
-            f"json: cannot unmarshal {_json_kind(value)} into Go struct field {where} of type []string"
+            f"json: cannot unmarshal {json_kind(value)} into Go struct field {where} of type []string"
         )
     return tuple(go_string(item, where) for item in value)
 
@@ -267,10 +192,10 @@ def _go_duration_field(value: Any, where: str) -> float:
 
 def _limits(known: dict[str, Any], where: str) -> Limits:
     limits = Limits(
-        max_concurrency=_go_int(known.get("max-concurrency"), where + "max-concurrency"),
-        max_queue=_go_int(known.get("max-queue"), where + "max-queue"),
-        coalesce=_go_bool(known.get("coalesce"), where + "coalesce"),
-        retry_after=_go_int(known.get("retry-after", 5), where + "retry-after"),
+        max_concurrency=go_int(known.get("max-concurrency"), where + "max-concurrency"),
+        max_queue=go_int(known.get("max-queue"), where + "max-queue"),
+        coalesce=go_bool(known.get("coalesce"), where + "coalesce"),
+        retry_after=go_int(known.get("retry-after", 5), where + "retry-after"),
     )
     if min(limits.max_concurrency, limits.max_queue, limits.retry_after) < 0:
         raise HooksFileError(f"{where}max-concurrency, max-queue and retry-after must not be negative")
@@ -281,7 +206,7 @@ def decode_hook(data: Any) -> Hook:
     """One Hook from one decoded list entry; raises HooksFileError where Go's decoding fails."""
     from hookrunner.rules import parse_rule
 
-    known, extra = _fields(data, _HOOK_FIELDS, "hook.Hook")
+    known, extra = _known(data, _HOOK_FIELDS, "hook.Hook")
     where = "Hook."
     rule_data = known.get("trigger-rule")
     return Hook(
@@ -292,10 +217,10 @@ def decode_hook(data: Any) -> Hook:
         ),
         response_message=go_string(known.get("response-message"), where + "response-message"),
         response_headers=_headers(known.get("response-headers"), where + "response-headers"),
-        capture_output=_go_bool(
+        capture_output=go_bool(
             known.get("include-command-output-in-response"), where + "include-command-output-in-response"
         ),
-        capture_output_on_error=_go_bool(
+        capture_output_on_error=go_bool(
             known.get("include-command-output-in-response-on-error"),
             where + "include-command-output-in-response-on-error",
         ),
@@ -308,17 +233,17 @@ def decode_hook(data: Any) -> Hook:
         pass_file=_arguments(known.get("pass-file-to-command"), where + "pass-file-to-command"),
         json_parameters=_arguments(known.get("parse-parameters-as-json"), where + "parse-parameters-as-json"),
         trigger_rule=parse_rule(rule_data) if rule_data is not None else None,
-        mismatch_status=_go_int(
+        mismatch_status=go_int(
             known.get("trigger-rule-mismatch-http-response-code"),
             where + "trigger-rule-mismatch-http-response-code",
         ),
-        signature_soft_failures=_go_bool(
+        signature_soft_failures=go_bool(
             known.get("trigger-signature-soft-failures"), where + "trigger-signature-soft-failures"
         ),
         incoming_payload_content_type=go_string(
             known.get("incoming-payload-content-type"), where + "incoming-payload-content-type"
         ),
-        success_status=_go_int(known.get("success-http-response-code"), where + "success-http-response-code"),
+        success_status=go_int(known.get("success-http-response-code"), where + "success-http-response-code"),
         http_methods=_strings(known.get("http-methods"), where + "http-methods"),
         command_timeout=_go_duration_field(known.get("command-timeout"), where + "command-timeout"),
         limits=_limits(known, where),
@@ -335,7 +260,7 @@ def parse_hooks(text: str) -> list[Hook]:
     if data is None:
         return []
     if not isinstance(data, list):
-        raise HooksFileError(f"json: cannot unmarshal {_json_kind(data)} into Go value of type hook.Hooks")
+        raise HooksFileError(f"json: cannot unmarshal {json_kind(data)} into Go value of type hook.Hooks")
     try:
         return [decode_hook(item) if item is not None else Hook() for item in data]
     except HooksFileError:

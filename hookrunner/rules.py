@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 import re
-import struct
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime
 from typing import Any
 
 import re2
 
-from hookrunner.errors import HookrunnerError, HooksFileError, ParameterNodeError, RuleError, SignatureError
+from hookrunner.errors import HookrunnerError, ParameterNodeError, RuleError, SignatureError
+from hookrunner.godecode import fields, go_bool, go_string, type_error
 from hookrunner.hooks import Argument
 from hookrunner.log import log
 from hookrunner.params import argument_value
@@ -811,122 +809,6 @@ def _check_ip_whitelist(remote_addr: str, networks: tuple[_IPNet | str, ...]) ->
 # Decoding a trigger rule from a hooks file: ghodss/yaml, then encoding/json into webhook's structs.
 
 
-def _format_float32(value: float) -> str:
-    """strconv.FormatFloat(value, 'g', -1, 32): ghodss/yaml's text for a YAML float in a string field."""
-    if math.isnan(value):
-        return "NaN"
-    try:
-        f32 = struct.unpack("f", struct.pack("f", value))[0]
-    except OverflowError:
-        f32 = math.copysign(math.inf, value)
-    if math.isinf(f32):
-        return "+Inf" if f32 > 0 else "-Inf"
-    sign = "-" if math.copysign(1.0, f32) < 0 else ""
-    f32 = abs(f32)
-    if f32 == 0:
-        return sign + "0"
-    text = ""
-    for precision in range(1, 10):
-        text = f"{f32:.{precision - 1}e}"
-        if struct.unpack("f", struct.pack("f", float(text)))[0] == f32:
-            break
-    mantissa, _, exp_text = text.partition("e")
-    digits = mantissa.replace(".", "").rstrip("0") or "0"
-    exponent = int(exp_text)
-    # The shortest %g switches to an exponent below 1e-4 and from 1e+06 on (eprec is 6).
-    if exponent < -4 or exponent >= 6:
-        frac = "." + digits[1:] if len(digits) > 1 else ""
-        return f"{sign}{digits[0]}{frac}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
-    if exponent < 0:
-        return f"{sign}0.{'0' * (-exponent - 1)}{digits}"
-    whole = digits[: exponent + 1].ljust(exponent + 1, "0")
-    frac = digits[exponent + 1 :]
-    return f"{sign}{whole}{'.' + frac if frac else ''}"
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    return "string"
-
-
-def _type_error(value: Any, where: str, go_type: str) -> HooksFileError:
-    kind = _json_kind(value)
-    return HooksFileError(f"json: cannot unmarshal {kind} into Go struct field {where} of type {go_type}")
-
-
-def go_string(value: Any, where: str = "") -> str:
-    """A decoded YAML/JSON scalar as webhook reads it into a Go string field.
-
-    ghodss/yaml turns a YAML number or boolean into text when the target is a string: `1` -> "1",
-    `yes`/`true` -> "true", `1.0` -> "1", `1000000.0` -> "1e+06" (floats are printed as float32).
-    null leaves the field empty. An object or list is an error naming `where` (`Struct.path`).
-    """
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        # yaml.v2 keeps an integer that fits int64 or uint64; a bigger one is read as a float64.
-        if -(1 << 63) <= value < (1 << 64):
-            return str(value)
-        try:
-            return _format_float32(float(value))
-        except OverflowError:
-            return str(value)
-    if isinstance(value, float):
-        return _format_float32(value)
-    if isinstance(value, datetime | date):
-        # yaml.v2 leaves a timestamp as the text it was written as; isoformat is the closest we have.
-        return value.isoformat()
-    raise _type_error(value, where, "string")
-
-
-def _go_bool(value: Any, where: str, current: bool) -> bool:
-    if value is None:
-        return current  # null leaves a Go field as it was
-    if isinstance(value, bool):
-        return value
-    raise _type_error(value, where, "bool")
-
-
-def _fold(key: str) -> str:
-    # encoding/json matches keys ignoring case, with the Kelvin sign and long s folding to k and s.
-    return key.replace("\u212a", "k").replace("\u017f", "s").lower()
-
-
-def _fields(data: Mapping[Any, Any], names: tuple[str, ...]) -> list[tuple[str, Any]]:
-    """(field, value) pairs in the order Go decodes them: ghodss re-marshals the object, so keys sorted.
-
-    Each key goes to the field it names exactly, else to one it names ignoring case; a later key
-    overwrites (or, for objects and lists, merges into) what an earlier one decoded.
-    """
-    by_fold = {_fold(name): name for name in names}
-    pairs = []
-    for key in sorted(go_string(k) for k in data):
-        name = key if key in names else by_fold.get(_fold(key))
-        if name is not None:
-            pairs.append((name, _lookup_key(data, key)))
-    return pairs
-
-
-def _lookup_key(data: Mapping[Any, Any], key: str) -> Any:
-    if key in data:
-        return data[key]
-    for k, v in data.items():  # a YAML key that was not a string (`1: x`, `true: y`)
-        if go_string(k) == key:
-            return v
-    return None
-
-
 _RULE_FIELDS = ("and", "or", "not", "match")
 _MATCH_FIELDS = ("type", "regex", "secret", "value", "parameter", "ip-range")
 _ARGUMENT_FIELDS = ("source", "name", "envname", "base64decode")
@@ -942,13 +824,13 @@ def _decode_rules(
 
     `struct_name` is the Go type being filled, as error messages name it: a `not` object is a NotRule.
     """
-    for name, value in _fields(data, _RULE_FIELDS):
+    for name, value in fields(data, _RULE_FIELDS):
         where = f"{struct_name}.{path}.{name}"
         if value is None:
             target[name] = None
         elif name in ("and", "or"):
             if not isinstance(value, list | tuple):
-                raise _type_error(value, where, _RULE_GO_TYPES[name])
+                raise type_error(value, where, _RULE_GO_TYPES[name])
             old = target.get(name) or []
             new = []
             for index, item in enumerate(value):
@@ -956,12 +838,12 @@ def _decode_rules(
                 element = old[index] if index < len(old) else {}
                 if item is not None:
                     if not isinstance(item, Mapping):
-                        raise _type_error(item, where, "hook.Rules")
+                        raise type_error(item, where, "hook.Rules")
                     _decode_rules(element, item, f"{path}.{name}")
                 new.append(element)
             target[name] = new
         elif not isinstance(value, Mapping):
-            raise _type_error(value, where, _RULE_GO_TYPES[name])
+            raise type_error(value, where, _RULE_GO_TYPES[name])
         elif name == "not":
             element = target.get("not") or {}
             _decode_rules(element, value, f"{path}.not", "NotRule")
@@ -973,7 +855,7 @@ def _decode_rules(
 
 
 def _decode_match(target: dict[str, Any], data: Mapping[Any, Any], path: str) -> None:
-    for name, value in _fields(data, _MATCH_FIELDS):
+    for name, value in fields(data, _MATCH_FIELDS):
         where = f"MatchRule.{path}.{name}"
         if name != "parameter":
             if value is not None:
@@ -982,12 +864,12 @@ def _decode_match(target: dict[str, Any], data: Mapping[Any, Any], path: str) ->
         if value is None:
             continue
         if not isinstance(value, Mapping):
-            raise _type_error(value, where, "hook.Argument")
+            raise type_error(value, where, "hook.Argument")
         argument = target.setdefault("parameter", {})
-        for arg_name, arg_value in _fields(value, _ARGUMENT_FIELDS):
+        for arg_name, arg_value in fields(value, _ARGUMENT_FIELDS):
             arg_where = f"Argument.{path}.parameter.{arg_name}"
             if arg_name == "base64decode":
-                argument[arg_name] = _go_bool(arg_value, arg_where, argument.get(arg_name, False))
+                argument[arg_name] = go_bool(arg_value, arg_where, argument.get(arg_name, False))
             elif arg_value is not None:
                 argument[arg_name] = go_string(arg_value, arg_where)
 
@@ -1029,7 +911,7 @@ def parse_rule(data: Mapping[str, Any] | None, path: str = "trigger-rule") -> Ru
     if data is None:
         return None
     if not isinstance(data, Mapping):
-        raise _type_error(data, f"Hook.{path}", "hook.Rules")
+        raise type_error(data, f"Hook.{path}", "hook.Rules")
     draft: dict[str, Any] = {}
     _decode_rules(draft, data, path)
     return _build(draft)
