@@ -96,6 +96,8 @@ def listen_tcp(ip: str, port: int) -> Listener:
         except socket.gaierror:
             raise ListenError(f"listen tcp: lookup {host}: no such host") from None
         candidates = [(family, sockaddr[:2]) for family, _, _, _, sockaddr in infos]  # type: ignore[misc]
+        # Go listens on one address of a host name, an IPv4 one when there is one.
+        candidates.sort(key=lambda candidate: candidate[0] != socket.AF_INET)
     last: OSError | None = None
     for family, sockaddr in candidates:
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -158,8 +160,11 @@ def systemd_listener() -> Listener | None:
         os.environ.pop(name, None)
     if count > 1:
         raise ListenError(f"received {count} sockets from systemd, but only 1 is supported", on="socket")
-    sock = socket.socket(fileno=3)
-    name = sock.getsockname()
+    try:
+        sock = socket.socket(fileno=3)
+        name = sock.getsockname()
+    except OSError as err:
+        raise ListenError(f"failed to use the socket from systemd: {_errno_text(err)}", on="socket") from None
     if sock.family == socket.AF_UNIX:
         text = name.decode(errors="replace").replace("\0", "@") if isinstance(name, bytes) else name
         address = f"{{unix:{text}}}"

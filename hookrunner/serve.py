@@ -217,7 +217,10 @@ class HookApplication(BaseApplication):
 
     def load_config(self) -> None:
         for key, value in self._options.items():
-            self.cfg.set(key, value)
+            # Settings newer than the installed gunicorn (control_socket_disable, http_protocols) are
+            # about features that older releases do not have at all, so they can be left out.
+            if key in self.cfg.settings:
+                self.cfg.set(key, value)
 
     def load(self) -> Any:
         return self._wsgi_app
