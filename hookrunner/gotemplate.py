@@ -865,13 +865,19 @@ class _TemplateNode(_Node):
         return "{{template " + go_quote(self.name) + tail + "}}"
 
 
+# unicode.IsSpace, which bytes.TrimSpace uses to decide that a template body is empty.
+_GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+)
+
+
 def _is_empty_tree(node: _Node | None) -> bool:
     if node is None:
         return True
     if isinstance(node, _ListNode):
         return all(_is_empty_tree(n) for n in node.nodes)
     if isinstance(node, _TextNode):
-        return node.text.strip() == ""
+        return node.text.strip(_GO_SPACE) == ""
     return False
 
 
