@@ -2741,6 +2741,8 @@ class _State:
         try:
             state.walk(dot, tmpl.tree.root)
         except RecursionError:
+            if self.depth < 20:
+                raise  # deep nesting inside one template, not template recursion
             # Python's stack ends long before Go's depth limit; report it the way Go reports its limit.
             self.node = t
             self.errorf(f"exceeded maximum template depth ({_MAX_DEPTH})")
@@ -3006,6 +3008,9 @@ class Template:
             tree.parse(frozenset(_BUILTINS) | frozenset(wrapped), trees)
         except _ParseFailure as err:
             raise TemplateError(str(err)) from None
+        except RecursionError:
+            # Go has no such limit; a file nested this deeply is refused rather than crashing the loader.
+            raise TemplateError(f"template: {name}: too deeply nested for hookrunner to parse") from None
         common: dict[str, Template] = {}
         top = cls(name, wrapped, None, common)
         common[name] = top
@@ -3035,6 +3040,9 @@ class Template:
             state.walk(data, self.tree.root)
         except _ExecFailure as err:
             raise TemplateError(str(err)) from None
+        except RecursionError:
+            msg = f"template: {self.name}: too deeply nested for hookrunner to execute"
+            raise TemplateError(msg) from None
         return "".join(out)
 
 

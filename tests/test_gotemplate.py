@@ -219,3 +219,11 @@ def test_go_sprintf(args: tuple[Any, ...], expected: str) -> None:
 
 def test_go_quote() -> None:
     assert go_quote('a"\\\x00\u00a0é\U0001f600') == '"a\\"\\\\\\x00\\u00a0é😀"'
+
+
+def test_nesting_beyond_pythons_stack_is_an_error_not_a_crash() -> None:
+    # Go would render this; hookrunner refuses it cleanly (a known, documented difference).
+    deep = "{{if true}}" * 1000 + "x" + "{{end}}" * 1000
+    with pytest.raises(TemplateError, match="too deeply nested"):
+        render_hooks_template(deep)
+    assert render_hooks_template("{{if true}}" * 100 + "x" + "{{end}}" * 100) == "x"
