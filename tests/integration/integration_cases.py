@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from integration_harness import SERVER_GLOBAL_HEADERS, Outcome
+from integration_harness import SERVER_GLOBAL_HEADERS, Outcome, ServerPool, send_case
 
 AUTO = "<auto>"  # Content-Type: text/plain when the body is not empty, else absent
 TEXT = "text/plain; charset=utf-8"
@@ -77,6 +77,25 @@ PORT_RE = re.compile(rb"127\.0\.0\.1:\d+")
 def normalise(data: bytes) -> bytes:
     """Remote ports differ per connection: keep the shape, drop the number."""
     return PORT_RE.sub(b"127.0.0.1:<port>", data)
+
+
+def run_case(pool: ServerPool, impl: str, fmt: str, case: Case) -> Outcome:
+    """Send `case` to the `impl` server for the `fmt` hooks copy, once per session."""
+    key = (impl, fmt, case.name)
+    if key not in pool.outcomes:
+        server = pool.get(impl, fmt, case.flags)
+        headers, body = case.request()
+        pool.outcomes[key] = send_case(
+            server,
+            case.method,
+            case.path,
+            headers,
+            body,
+            case.raw_request,
+            case.files_removed,
+            case.reaches_handler,
+        )
+    return pool.outcomes[key]
 
 
 def mismatches(case: Case, outcome: Outcome) -> list[str]:
@@ -1096,4 +1115,4 @@ CASES: list[Case] = [
 CASES_BY_NAME = {case.name: case for case in CASES}
 assert len(CASES_BY_NAME) == len(CASES), "duplicate case names"
 
-__all__ = ["CASES", "CASES_BY_NAME", "Case", "mismatches", "normalise", "json"]
+__all__ = ["CASES", "CASES_BY_NAME", "Case", "mismatches", "normalise", "run_case", "json"]

@@ -326,6 +326,9 @@ class ServerPool:
         self.base = base
         self.servers: dict[tuple[str, str, str], Server] = {}
         self.failures: dict[tuple[str, str, str], str] = {}
+        # Answers already received, by (implementation, format, case name): the contract and the
+        # differential test ask for the same hookrunner answers, and one request each is enough.
+        self.outcomes: dict[tuple[str, str, str], Outcome] = {}
 
     def get(self, impl: str, fmt: str, flags_name: str = "default") -> Server:
         key = (impl, fmt, flags_name)

@@ -9,8 +9,8 @@ give its own documented answer, and the two answers must still differ.
 from __future__ import annotations
 
 import pytest
-from integration_cases import CASES, Case, mismatches, normalise
-from integration_harness import FORMATS, Outcome, Response, Server, ServerPool, send_case
+from integration_cases import CASES, Case, mismatches, normalise, run_case
+from integration_harness import FORMATS, Response, ServerPool
 
 pytestmark = pytest.mark.reference
 
@@ -20,25 +20,11 @@ def comparable_headers(response: Response, drop_length: bool) -> list[tuple[str,
     return sorted((name.lower(), value) for name, value in response.headers if name.lower() not in ignored)
 
 
-def run(server: Server, case: Case) -> Outcome:
-    headers, body = case.request()
-    return send_case(
-        server,
-        case.method,
-        case.path,
-        headers,
-        body,
-        case.raw_request,
-        case.files_removed,
-        case.reaches_handler,
-    )
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_same_answer_as_reference(server_pool: ServerPool, fmt: str, case: Case) -> None:
-    reference = run(server_pool.get("reference", fmt, case.flags), case)
-    ours = run(server_pool.get("hookrunner", fmt, case.flags), case)
+    reference = run_case(server_pool, "reference", fmt, case)
+    ours = run_case(server_pool, "hookrunner", fmt, case)
     ref, got = reference.response, ours.response
 
     # Masking remote ports can change lengths only where a port was masked.

@@ -12,8 +12,8 @@ import os
 
 import pytest
 import yaml
-from integration_cases import CASES, Case, mismatches
-from integration_harness import FORMATS, HOOKS_DIR, ServerPool, http_request, send_case
+from integration_cases import CASES, Case, mismatches, run_case
+from integration_harness import FORMATS, HOOKS_DIR, ServerPool, http_request
 
 TARGET = os.environ.get("HOOKRUNNER_IT_TARGET", "hookrunner")
 
@@ -28,18 +28,7 @@ def test_json_and_yaml_hooks_are_the_same() -> None:
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_contract(server_pool: ServerPool, fmt: str, case: Case) -> None:
-    server = server_pool.get(TARGET, fmt, case.flags)
-    headers, body = case.request()
-    outcome = send_case(
-        server,
-        case.method,
-        case.path,
-        headers,
-        body,
-        case.raw_request,
-        case.files_removed,
-        case.reaches_handler,
-    )
+    outcome = run_case(server_pool, TARGET, fmt, case)
     assert mismatches(case.for_target(TARGET), outcome) == []
 
 
