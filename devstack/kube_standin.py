@@ -16,6 +16,7 @@ import re
 import secrets
 import shlex
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -252,6 +253,9 @@ class StandinServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], config: StandinConfig, tls: ssl.SSLContext) -> None:
+        # An IPv6 address (a cluster's KUBERNETES_SERVICE_HOST can be one) needs an IPv6 socket.
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         super().__init__(address, BatchAPIHandler)
         self.config = config
         self.store = JobStore()
@@ -416,7 +420,7 @@ def write_private(path: Path, data: bytes) -> None:
 def make_tls(host: str, ca_out: Path) -> ssl.SSLContext:
     """Make a fresh CA, write its certificate to ca_out, and return a server context for host."""
     ca = trustme.CA(organization_name="kube-standin")
-    cert = ca.issue_cert(host, "localhost", "127.0.0.1")
+    cert = ca.issue_cert(*dict.fromkeys([host, "localhost", "127.0.0.1", "::1"]))
     write_private(ca_out, ca.cert_pem.bytes())
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     cert.configure_cert(ctx)
@@ -486,7 +490,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         partial = args.port_file.with_name(args.port_file.name + ".partial")
         partial.write_text(f"{port}\n", encoding="utf-8")
         partial.replace(args.port_file)
-    print(f"kube-standin: listening on https://{args.host}:{port} (CA: {args.ca_out})", flush=True)
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"kube-standin: listening on https://{shown}:{port} (CA: {args.ca_out})", flush=True)
     try:
         server.serve_forever()
     finally:

@@ -57,6 +57,7 @@ class Standin:
     state_dir: Path
     site_root: Path
     log_file: Path
+    host: str = "127.0.0.1"
     sa_dir: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -64,7 +65,8 @@ class Standin:
 
     @property
     def base_url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"https://{host}:{self.port}"
 
     def api(self, path: str) -> dict[str, Any]:
         token = self.token_file.read_text(encoding="utf-8").strip()
@@ -111,6 +113,7 @@ def start_standin(
     namespaces: tuple[str, ...] = ("dev", "prod"),
     repo: Path | None = None,
     run_jobs: bool = False,
+    host: str = "127.0.0.1",
 ) -> Standin:
     """Start the stand-in with a fresh token and CA; the service-account dir is tmp/serviceaccount."""
     sa_dir = tmp / "serviceaccount"
@@ -125,6 +128,7 @@ def start_standin(
         "--port-file", str(port_file),
         "--state-dir", str(tmp / "state"),
         "--site-root", str(tmp / "site"),
+        "--host", host,
     ]  # fmt: skip
     for namespace in namespaces:
         argv += ["--namespace", namespace]
@@ -149,6 +153,7 @@ def start_standin(
         state_dir=tmp / "state",
         site_root=tmp / "site",
         log_file=log_file,
+        host=host,
     )
 
 
@@ -166,7 +171,7 @@ def kube_env(standin: Standin, sa_dir: Path | None = None) -> dict[str, str]:
     """The environment a pod gives reload.sh, pointed at the stand-in."""
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_HOST": standin.host,
         "KUBERNETES_SERVICE_PORT": str(standin.port),
         "SERVICEACCOUNT_DIR": str(sa_dir or standin.sa_dir),
     }

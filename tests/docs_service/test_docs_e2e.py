@@ -29,6 +29,7 @@ from docs_support import (
     start_standin,
     stop,
     wait_for,
+    write_private,
 )
 
 HOOKRUNNER = Path(sys.executable).parent / "hookrunner"
@@ -216,21 +217,31 @@ def hooks_with_clause(tmp_path: Path, clause: dict[str, Any]) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("marker", "header", "digest", "template"),
+    ("marker", "header", "digest", "secret_from"),
     [
-        ("signature-sha256", "X-Hub-Signature-256", hashlib.sha256, True),
-        ("signature-sha1", "X-Hub-Signature", hashlib.sha1, False),
+        ("signature-sha1", "X-Hub-Signature", hashlib.sha1, "hooks file"),
+        ("signature-sha256", "X-Hub-Signature-256", hashlib.sha256, "environment"),
+        ("signature-sha256-credential", "X-Hub-Signature-256", hashlib.sha256, "credentials directory"),
     ],
 )
 def test_documented_signature_clause_works(
-    tmp_path: Path, marker: str, header: str, digest: Any, template: bool
+    tmp_path: Path, marker: str, header: str, digest: Any, secret_from: str
 ) -> None:
     secret = os.urandom(16).hex()
     clause = documented_clause(marker)
-    if not template:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if secret_from == "hooks file":
         assert clause["match"]["secret"] == "<SIGNING_SECRET>"
         clause["match"]["secret"] = secret
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GITHUB_WEBHOOK_SECRET": secret}
+    elif secret_from == "environment":
+        env["GITHUB_WEBHOOK_SECRET"] = secret
+    else:
+        credentials = tmp_path / "credentials"
+        write_private(credentials / "github-webhook-secret", secret)
+        env["CREDENTIALS_DIRECTORY"] = str(credentials)
+        # Set but wrong: proves the file, not the environment fallback, supplied the secret.
+        env["github-webhook-secret"] = "not-this-one"
+    template = secret_from != "hooks file"
     receiver, base = start_receiver(
         hooks_with_clause(tmp_path, clause),
         tmp_path / "receiver.log",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -193,6 +194,27 @@ def test_job_files_come_from_the_scripts_own_directory(standin: Standin, tmp_pat
     assert result.returncode == 0, result.stderr
     [job] = standin.jobs()
     assert job["metadata"]["labels"] == {"copied": "yes"}
+
+
+def ipv6_loopback_available() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not ipv6_loopback_available(), reason="no IPv6 loopback on this host")
+def test_ipv6_service_address_is_bracketed(tmp_path: Path) -> None:
+    """KUBERNETES_SERVICE_HOST is a bare address; on an IPv6 cluster it must become [addr] in the URL."""
+    server = start_standin(tmp_path, host="::1")
+    try:
+        result = run_reload(server, "refs/heads/dev", SERVED_REPOSITORY)
+        assert result.returncode == 0, result.stderr
+        assert [job["metadata"]["namespace"] for job in server.jobs()] == ["dev"]
+    finally:
+        stop(server.proc)
 
 
 def test_unreachable_api_fails(standin: Standin) -> None:
