@@ -496,3 +496,31 @@ def test_missing_certificate(tmp_path: Path) -> None:
         "open cert.pem: no such file or directory",
     ]
     assert done.returncode == 1  # webhook exits 0 here; a failed start must not look like success
+
+
+@pytest.mark.reference
+@pytest.mark.skipif(shutil.which("webhook") is None, reason="reference webhook not installed")
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGUSR1])
+def test_reload_log_matches_the_reference(tmp_path: Path, signum: int) -> None:
+    def reload_log(program: str) -> list[str]:
+        folder = tmp_path / Path(program).name
+        folder.mkdir()
+        hooks = folder / "hooks.json"
+        hooks.write_text(json.dumps([ECHO_HOOK]))
+        err = folder / "stderr.txt"
+        with open(err, "wb") as handle:
+            process = subprocess.Popen([program, "-hooks", str(hooks), "-verbose", "-ip", "127.0.0.1",
+                                        "-port", str(free_port())], stderr=handle, cwd=folder)
+        try:
+            assert wait_until(lambda: "os signal watcher ready" in err.read_text(), timeout=15)
+            hooks.write_text(json.dumps([ECHO_HOOK, {"id": "more", "execute-command": "/bin/echo"}]))
+            process.send_signal(signum)
+            assert wait_until(lambda: "\tloaded: more" in err.read_text(), timeout=10)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+        lines = [LOG_LINE.sub("", line) for line in err.read_text().splitlines()]
+        start = next(i for i, line in enumerate(lines) if line.startswith("caught "))
+        return [line.replace(str(hooks), "HOOKS") for line in lines[start:]]
+
+    assert reload_log(HOOKRUNNER) == reload_log("webhook")
