@@ -203,7 +203,9 @@ def hooks_file_cases() -> list[Any]:
         pytest.param(DATA / f, FIXTURE_ENV, "refs/heads/main", id=f"fixture-{f}") for f in FIXTURES
     ]
     cases += [
-        pytest.param(p, {"XXXTEST_SECRET": 'a "quoted" \\ secret'}, "refs/heads/master", id=f"upstream-{p.name}")
+        pytest.param(
+            p, {"XXXTEST_SECRET": 'a "quoted" \\ secret'}, "refs/heads/master", id=f"upstream-{p.name}"
+        )
         for p in UPSTREAM_EXAMPLES
     ]
     return cases
@@ -287,3 +289,24 @@ def test_reference_differential_over_vectors(
     for hook_id in messages:
         served[hook_id] = requests.get(ref.url(hook_id), timeout=10).text
     assert served == messages
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("function", ["cat", "credential"])
+def test_reference_2_8_0_lacks_newer_functions(
+    function: str, tmp_path: Path, reference_runner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Why the differential leaves cat and credential out: the Debian build predates them, while we follow
+    # upstream's current documentation and render them.
+    path = tmp_path / "newer.yaml"
+    path.write_text(
+        f'- id: n\n  execute-command: /bin/true\n  response-message: "{{{{ {function} "x" }}}}"\n'
+    )
+    ref = reference_runner([path], {})
+    assert load_reports(ref.log())[str(path)] == (
+        "error",
+        f'template: hooks:3: function "{function}" not defined',
+    )
+    with_env(monkeypatch, {})
+    monkeypatch.chdir(tmp_path)
+    assert load_hooks(render_hooks_template(path.read_text()))[0]["response-message"] == ""
