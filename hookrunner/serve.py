@@ -116,8 +116,9 @@ class HookWorker(ThreadWorker):
         gunicorn.http.wsgi.Response = _Quiet
         self._reloader = _Reloader(_ctx.registry)
         if self.age > 1:
-            # A replacement worker starts from the master's start-up hooks; catch up with the files.
-            self._reloader.request()
+            # A replacement worker starts from the master's start-up hooks; catch up with the files
+            # before serving anything.
+            _ctx.registry.reload_all()
         self._watcher: HooksWatcher | None = None
         self._stop_started = 0.0
         # In this process only: requests get SHUTDOWN_GRACE, so there is time left to kill leftover
