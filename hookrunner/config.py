@@ -47,6 +47,9 @@ class Config:
     command_timeout: float = 0.0
     max_concurrent_commands: int = 0
     max_body_size: int = 25 << 20
+    # Observability (docs/observability.md): off, and webhook's own log lines, by default.
+    metrics: bool = False
+    log_format: str = "text"
 
     @property
     def log_enabled(self) -> bool:

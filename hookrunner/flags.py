@@ -32,6 +32,9 @@ class Flag:
     usage: str
     field: str
     default: Any = None
+    #: hookrunner's own flags (not in the reference's usage text); `choices` limits a string's values.
+    extension: bool = False
+    choices: tuple[str, ...] = ()
 
     @property
     def type_word(self) -> str:
@@ -76,6 +79,15 @@ FLAGS: tuple[Flag, ...] = (
     Flag("ip", "string", "ip the webhook should serve hooks on", "ip", "0.0.0.0"),
     Flag("key", "string", "path to the HTTPS certificate private key pem file", "key", "key.pem"),
     Flag("list-cipher-suites", "bool", "list available TLS cipher suites", "list_cipher_suites"),
+    Flag(
+        "log-format",
+        "string",
+        "log line format: text (webhook's lines) or json (one object per line)",
+        "log_format",
+        "text",
+        extension=True,
+        choices=("text", "json"),
+    ),
     Flag("logfile", "string", "send log output to a file; implicitly enables verbose logging", "logfile", ""),
     Flag(
         "max-multipart-mem",
@@ -83,6 +95,13 @@ FLAGS: tuple[Flag, ...] = (
         "maximum memory in bytes for parsing multipart form data before disk caching",
         "max_multipart_mem",
         1 << 20,
+    ),
+    Flag(
+        "metrics",
+        "bool",
+        "serve Prometheus metrics on /metrics (GET); /metrics then wins over a hook of that name",
+        "metrics",
+        extension=True,
     ),
     Flag(
         "nopanic",
@@ -133,10 +152,15 @@ def go_quote(text: str) -> str:
     return f'"{escaped}"'
 
 
-def usage_text(program: str = PROGRAM) -> str:
-    """`Usage of <program>:` and every flag, sorted, in the layout of Go's flag.PrintDefaults."""
+def usage_text(program: str = PROGRAM, extensions: bool = True) -> str:
+    """`Usage of <program>:` and every flag, sorted, in the layout of Go's flag.PrintDefaults.
+
+    With `extensions=False` hookrunner's own flags are left out (the reference's text, for comparison).
+    """
     lines = [f"Usage of {program}:"]
     for flag in sorted(FLAGS, key=lambda f: f.name):
+        if flag.extension and not extensions:
+            continue
         head = f"  -{flag.name}"
         if flag.type_word:
             head += f" {flag.type_word}"
@@ -272,6 +296,8 @@ def parse_args(argv: Sequence[str], program: str = PROGRAM) -> Config:
                     raise FlagValueError("header flag must be in name=value format")
                 headers.append(Header(header_name, header_value))
             else:
+                if flag.choices and value not in flag.choices:
+                    raise FlagValueError("must be one of " + ", ".join(flag.choices))
                 values[flag.field] = value
         except FlagValueError as err:
             raise _fail(f"invalid value {go_quote(value)} for flag -{name}: {err}", program) from None
