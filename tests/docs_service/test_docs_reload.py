@@ -17,6 +17,7 @@ from docs_support import (
     RELOAD_SH,
     SERVED_REPOSITORY,
     Standin,
+    kube_env,
     run_reload,
     start_standin,
     stop,
@@ -105,6 +106,35 @@ def test_request_data_never_reaches_a_shell(standin: Standin, tmp_path: Path) ->
         assert "skipping push to unsupported" in result.stdout
     assert not marker.exists()
     assert standin.jobs() == []
+
+
+def test_token_stays_off_the_command_line_and_tls_is_verified(standin: Standin, tmp_path: Path) -> None:
+    """A curl on PATH that records its arguments, then runs the real one: what would `ps` show?"""
+    real_curl = shutil.which("curl")
+    assert real_curl is not None
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    argv_log = tmp_path / "curl-argv"
+    recorder = bin_dir / "curl"
+    recorder.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv_log}\nexec {real_curl} "$@"\n')
+    recorder.chmod(0o700)
+    env = kube_env(standin)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    result = subprocess.run(
+        [str(RELOAD_SH), "refs/heads/dev", SERVED_REPOSITORY],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    argv = argv_log.read_text().splitlines()
+    token = standin.token_file.read_text()
+    assert not [arg for arg in argv if token in arg]
+    assert argv[argv.index("--cacert") + 1] == str(standin.sa_dir / "ca.crt")
+    assert not {"-k", "--insecure", "--proxy-insecure"} & set(argv)
+    assert argv[argv.index("--header") + 1] == "@-"  # the bearer header arrives on stdin
+    assert len(standin.jobs()) == 1
 
 
 def test_wrong_token_is_refused_and_reported(standin: Standin, tmp_path: Path) -> None:
