@@ -296,11 +296,11 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(f"error dropping privileges: {_errno_text(err)}")
     if config.logfile:
         try:
-            configure(True, config.logfile)
+            configure(True, config.logfile, config.log_format)
         except OSError as err:
             problems.append(f'error opening log file "{config.logfile}": {_oserror_text(err)}')
     else:
-        configure(True)
+        configure(True, fmt=config.log_format)
     if problems:
         for problem in problems:
             log.output(problem)

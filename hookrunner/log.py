@@ -1,35 +1,101 @@
-"""webhook's log: `[webhook] YYYY/MM/DD HH:MM:SS message`, off unless -verbose, -debug or -logfile."""
+"""webhook's log: `[webhook] YYYY/MM/DD HH:MM:SS message`, off unless -verbose, -debug or -logfile.
+
+With `-log-format json` the same entries become one JSON object per line (docs/observability.md).
+"""
 
 from __future__ import annotations
 
+import datetime
+import json
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 PREFIX = "[webhook] "
+
+#: Message openings that mark an entry as an error or a warning in JSON mode, when the caller gave no level.
+_ERROR_OPENINGS = ("error", "couldn't", "panic", "failed")
+_WARNING_OPENINGS = ("warn",)
+
+
+def _level_of(message: str) -> str:
+    lowered = message.lower()
+    if lowered.startswith(_ERROR_OPENINGS):
+        return "error"
+    if lowered.startswith(_WARNING_OPENINGS):
+        return "warn"
+    return "info"
+
+
+def json_line(entry: dict[str, Any]) -> str:
+    """One entry as a line of strict JSON; bytes that are not UTF-8 (kept as surrogates) become U+FFFD."""
+    text = json.dumps(entry, ensure_ascii=False, default=str)
+    try:
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:
+        text = json.dumps(entry, default=str)  # other lone surrogates: let \u escapes carry them
+    return text + "\n"
+
+
+def rfc3339_now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
 class GoLogger:
     """A thread-safe clone of Go's log package with the Ldate|Ltime flags and webhook's prefix."""
 
-    def __init__(self, stream: TextIO | None = None, enabled: bool = True) -> None:
+    def __init__(self, stream: TextIO | None = None, enabled: bool = True, fmt: str = "text") -> None:
         self._stream: TextIO = stream if stream is not None else sys.stderr
         self._lock = threading.Lock()
         self.enabled = enabled
+        self.format = fmt  # "text" (webhook's lines) or "json"
+
+    @property
+    def json(self) -> bool:
+        return self.format == "json"
 
     def set_output(self, stream: TextIO) -> None:
         with self._lock:
             self._stream = stream
 
-    def output(self, message: str) -> None:
-        """Write one entry; like Go, add a newline only when the message has none."""
+    def output(
+        self,
+        message: str,
+        *,
+        request_id: str | None = None,
+        level: str | None = None,
+        hook: str | None = None,
+        event: str | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> None:
+        """Write one entry; like Go, add a newline only when the message has none.
+
+        The keyword arguments show only in JSON mode; text lines stay exactly webhook's.
+        """
         if not self.enabled:
             return
-        stamp = time.strftime("%Y/%m/%d %H:%M:%S")
-        line = f"{PREFIX}{stamp} {message}"
-        if not line.endswith("\n"):
-            line += "\n"
+        if self.json:
+            entry: dict[str, Any] = {"time": rfc3339_now(), "level": level or _level_of(message)}
+            if request_id is not None:
+                entry["request_id"] = request_id
+            if hook is not None:
+                entry["hook"] = hook
+            if event is not None:
+                entry["event"] = event
+            entry["msg"] = message.strip()
+            if fields:
+                entry["fields"] = fields
+            line = json_line(entry)
+        else:
+            stamp = time.strftime("%Y/%m/%d %H:%M:%S")
+            prefix = f"{PREFIX}{stamp} " + (f"[{request_id}] " if request_id is not None else "")
+            line = prefix + message
+            if not line.endswith("\n"):
+                line += "\n"
+        self._write(line)
+
+    def _write(self, line: str) -> None:
         with self._lock:
             try:
                 self._stream.write(line)
@@ -37,32 +103,45 @@ class GoLogger:
             except (OSError, ValueError):
                 pass  # a closed or full log must never take a request down
 
-    def raw(self, text: str) -> None:
-        """Write text as it is, with no prefix (webhook's -debug dumper writes to the log's writer)."""
+    def raw(
+        self, text: str, *, request_id: str | None = None, event: str | None = None, plain: str = ""
+    ) -> None:
+        """Write text as it is, with no prefix (webhook's -debug dumper writes to the log's writer).
+
+        In JSON mode it becomes one debug entry whose message is `plain` (or the text).
+        """
         if not self.enabled:
             return
-        with self._lock:
-            try:
-                self._stream.write(text)
-                self._stream.flush()
-            except (OSError, ValueError):
-                pass
+        if self.json:
+            self.output(plain or text, request_id=request_id, level="debug", event=event)
+            return
+        self._write(text)
 
     def printf(self, fmt: str, *args: object) -> None:
         """Go's log.Printf with Python %-formatting; callers pass already-Go-rendered values."""
         self.output(fmt % args if args else fmt)
 
-    def request(self, request_id: str, message: str) -> None:
+    def request(
+        self,
+        request_id: str,
+        message: str,
+        *,
+        level: str | None = None,
+        hook: str | None = None,
+        event: str | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> None:
         """The common `[reqid] message` form."""
-        self.output(f"[{request_id}] {message}")
+        self.output(message, request_id=request_id, level=level, hook=hook, event=event, fields=fields)
 
 
 #: The process-wide logger, configured once by the CLI (like Go's default logger).
 log = GoLogger(enabled=False)
 
 
-def configure(enabled: bool, logfile: str = "") -> None:
+def configure(enabled: bool, logfile: str = "", fmt: str = "text") -> None:
     """Point the logger at stderr or at -logfile (append, created 0666 minus umask, as Go does)."""
     if logfile:
         log.set_output(open(logfile, "a", encoding="utf-8", errors="replace"))  # noqa: SIM115
     log.enabled = enabled
+    log.format = fmt
