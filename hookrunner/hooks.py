@@ -23,11 +23,19 @@ from hookrunner.godecode import (
 from hookrunner.log import log
 from hookrunner.scheduler import Limits
 
-_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+class _Loader(yaml.SafeLoader):
+    """YAML as Go's yaml.v2 reads it into interface{}: plain scalars resolved by yaml.v2's rules.
 
-class _Loader(_BaseLoader):
-    """YAML as Go's yaml.v2 reads it into interface{}: plain scalars resolved by yaml.v2's rules."""
+    The pure-Python scanner is used because its escape table can be made yaml.v2's: backslash-quote
+    is a valid escape in a double-quoted string there (Go's `js` function writes it), backslash-slash
+    is not.
+    """
+
+    ESCAPE_REPLACEMENTS = {  # type: ignore[misc]  # a class constant in the stubs, an override here
+        **{k: v for k, v in yaml.SafeLoader.ESCAPE_REPLACEMENTS.items() if k != "/"},
+        "'": "'",
+    }
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is yaml.ScalarNode and implicit[0]:
@@ -272,7 +280,8 @@ def parse_hooks(text: str) -> list[Hook]:
 def load_hooks(path: str, as_template: bool = False) -> list[Hook]:
     """Read one hooks file, optionally rendered as a Go template first; raises HooksFileError."""
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+        # newline="": Go reads the bytes as they are, so error line numbers count the same lines.
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as handle:
             text = handle.read()
     except OSError as exc:
         raise HooksFileError(f"open {path}: {(exc.strerror or str(exc)).lower()}") from exc

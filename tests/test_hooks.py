@@ -179,3 +179,19 @@ def test_missing_file_is_an_error(tmp_path: Path) -> None:
 def test_yaml_y_is_a_boolean_as_in_go() -> None:
     (hook,) = parse_hooks("- id: a\n  response-headers:\n  - {name: X, value: y}\n")
     assert hook.response_headers == (Header("X", "true"),)  # yaml.v2 reads `y` as true
+
+
+def test_double_quoted_escapes_are_yaml_v2s() -> None:
+    # Go's `js` writes \' for an apostrophe, which yaml.v2 (and so webhook) accepts; it refuses \/.
+    (hook,) = parse_hooks('[{"id": "it\\\'s"}]')
+    assert hook.id == "it's"
+    with pytest.raises(HooksFileError):
+        parse_hooks('[{"id": "a\\/b"}]')
+
+
+def test_crlf_files_load(tmp_path: Path) -> None:
+    path = tmp_path / "h.yaml"
+    path.write_bytes(b"- id: a\r\n  execute-command: /bin/true\r\n")
+    registry = HookRegistry([str(path)])
+    registry.load_initial()
+    assert registry.match("a") is not None
