@@ -10,9 +10,11 @@ import stat
 import subprocess
 import tempfile
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from hookrunner import metrics
 from hookrunner.errors import ArgumentError, HookrunnerError
 from hookrunner.hooks import Argument, Hook
 from hookrunner.log import log
@@ -181,6 +183,7 @@ class CommandRunner:
             if " " in hook.execute_command:
                 first = hook.execute_command.split()[0]
                 log.request(req.id, f"use 'pass-arguments-to-command' to specify args for '{first}'")
+            metrics.record_run(hook.id, "not_found", None)
             return CommandResult(b"", str(exc))
 
         argv = [hook.execute_command]
@@ -224,7 +227,9 @@ class CommandRunner:
             f"and environment [{' '.join(envs)}] using {cwd} as cwd\n",
         )
         timeout = hook.command_timeout or self.command_timeout
+        started = time.monotonic()
         output, error = self._spawn(path, argv, env, cwd or None, timeout, req.id)
+        metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
         log.request(req.id, f"command output: {output.decode('utf-8', 'replace')}\n")
         if error is not None:
             log.request(req.id, f"error occurred: {error}\n")

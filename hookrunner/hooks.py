@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from hookrunner import metrics
 from hookrunner.config import Header
 from hookrunner.errors import DuplicateHookError, HooksFileError
 from hookrunner.godecode import (
@@ -354,6 +355,7 @@ class HookRegistry:
                 hooks = load_hooks(path, self._as_template)
             except HooksFileError as exc:
                 log.printf("couldn't load hooks from file! %s\n", exc)
+                metrics.record_reload(False)
                 return False
             log.printf("found %d hook(s) in file\n", len(hooks))
             elsewhere = {hook.id for other, group in self._by_file.items() if other != path for hook in group}
@@ -362,6 +364,7 @@ class HookRegistry:
                 if hook.id in elsewhere or hook.id in seen:
                     log.printf("%s", DuplicateHookError(hook.id))
                     log.output("reverting hooks back to the previous configuration")
+                    metrics.record_reload(False)
                     return False
                 seen.add(hook.id)
                 log.printf("\tloaded: %s\n", hook.id)
@@ -370,6 +373,7 @@ class HookRegistry:
             if path not in self._files:
                 self._files = (*self._files, path)
             self._publish(by_file)
+            metrics.record_reload(True)
             return True
 
     def reload_all(self) -> None:

@@ -1,0 +1,156 @@
+"""Prometheus metrics (`-metrics`): the metric objects, and the recorders the app, runner and registry call.
+
+Labels are few and fixed so a scanner cannot grow the series: a hook label is always an id from the hooks
+file (requests for unknown ids are counted under `hook=""`), outcomes and exit statuses come from closed
+sets. Without `-metrics` nothing is created and every recorder is a no-op.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+# Request outcomes (the `outcome` label of hookrunner_requests_total).
+SERVED = "served"  # rules satisfied, command started (or run, when its output is captured)
+RULES_NOT_SATISFIED = "rules_not_satisfied"
+METHOD_NOT_ALLOWED = "method_not_allowed"
+NOT_FOUND = "not_found"
+SIGNATURE_ERROR = "signature_error"  # a bad payload signature (the 500 of webhook)
+RULE_ERROR = "rule_error"  # any other error while evaluating the rules (bad regex, empty secret...)
+BUSY = "busy"  # the hook's concurrency limit and queue were full (429)
+ERROR = "error"  # the request could not be read (multipart, body too large) or the handler failed
+OUTCOMES = (
+    SERVED, RULES_NOT_SATISFIED, METHOD_NOT_ALLOWED, NOT_FOUND, SIGNATURE_ERROR, RULE_ERROR, BUSY, ERROR
+)
+
+#: A command can take from milliseconds (echo) to minutes (a deploy): buckets up to ten minutes.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class HooksSource(Protocol):
+    """What the metrics read from hooks.HookRegistry."""
+
+    def __len__(self) -> int: ...
+
+
+class RunnerSource(Protocol):
+    """What the metrics read from executor.CommandRunner."""
+
+    @property
+    def running(self) -> int: ...
+
+    @property
+    def queued(self) -> int: ...
+
+
+def exit_status_label(error: str | None) -> str:
+    """The `status` label of a finished command from the runner's (Go's) error text.
+
+    `0`..`255` for an exit, `signal` when a signal ended it, `timeout` when hookrunner stopped it, `error`
+    when it could not be started. (`not_found` is given by the runner before anything is started.)
+    """
+    if error is None:
+        return "0"
+    if error.startswith("exit status "):
+        code = error[len("exit status ") :]
+        return code if code.isdigit() and int(code) <= 255 else "error"
+    if error.startswith("command timed out"):
+        return "timeout"
+    if error.startswith("signal: "):
+        return "signal"
+    return "error"
+
+
+class Metrics:
+    """The metric objects, in a registry of their own (the process-wide default one stays untouched)."""
+
+    def __init__(self, hooks: HooksSource, runner: RunnerSource) -> None:
+        # Imported here: without -metrics, start-up does not pay for prometheus_client.
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry: CollectorRegistry = CollectorRegistry()
+        self.requests: Counter = Counter(
+            "hookrunner_requests",
+            "Requests for hooks, by hook id (empty for unknown ids) and outcome.",
+            ["hook", "outcome"],
+            registry=self.registry,
+        )
+        self.command_runs: Counter = Counter(
+            "hookrunner_command_runs",
+            "Finished hook commands, by hook id and exit status (0-255, signal, timeout, not_found, error).",
+            ["hook", "status"],
+            registry=self.registry,
+        )
+        self.command_duration: Histogram = Histogram(
+            "hookrunner_command_duration_seconds",
+            "How long hook commands ran, by hook id.",
+            ["hook"],
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        running = Gauge("hookrunner_commands_running", "Hook commands running now.", registry=self.registry)
+        running.set_function(lambda: runner.running)
+        queued = Gauge(
+            "hookrunner_commands_queued",
+            "Hook runs admitted but waiting for a free slot (per-hook max-concurrency).",
+            registry=self.registry,
+        )
+        queued.set_function(lambda: runner.queued)
+        loaded = Gauge("hookrunner_hooks_loaded", "Hooks being served now.", registry=self.registry)
+        loaded.set_function(lambda: len(hooks))
+        self.reloads: Counter = Counter(
+            "hookrunner_reloads",
+            "Reloads of a hooks file (signal or -hotreload), by result (success or failure).",
+            ["result"],
+            registry=self.registry,
+        )
+        # Both results exist from the start, so `increase()` and alerts see a zero rather than nothing.
+        for result in ("success", "failure"):
+            self.reloads.labels(result=result)
+
+    def exposition(self, accept: str) -> tuple[bytes, str]:
+        """The registry in the format the scraper asked for (Prometheus text, or OpenMetrics)."""
+        from prometheus_client.exposition import choose_encoder
+
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
+
+#: Set once at start-up by enable(), like the process-wide logger; None means -metrics is off.
+_active: Metrics | None = None
+
+
+def enable(hooks: HooksSource, runner: RunnerSource) -> Metrics:
+    global _active
+    _active = Metrics(hooks, runner)
+    return _active
+
+
+def disable() -> None:
+    global _active
+    _active = None
+
+
+def active() -> Metrics | None:
+    return _active
+
+
+def record_request(hook: str, outcome: str) -> None:
+    """Count one request for a hook; `hook` must be an id from the registry, or "" for an unknown one."""
+    if _active is not None:
+        _active.requests.labels(hook=hook, outcome=outcome).inc()
+
+
+def record_run(hook: str, status: str, seconds: float | None) -> None:
+    """Count one finished command; `seconds` is None when nothing was started (command not found)."""
+    if _active is not None:
+        _active.command_runs.labels(hook=hook, status=status).inc()
+        if seconds is not None:
+            _active.command_duration.labels(hook=hook).observe(seconds)
+
+
+def record_reload(ok: bool) -> None:
+    if _active is not None:
+        _active.reloads.labels(result="success" if ok else "failure").inc()
