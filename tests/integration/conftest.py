@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from integration_harness import ServerPool, reference_available
+from integration_harness import REFERENCE_BINARY, ServerPool, reference_available
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +24,7 @@ def server_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if reference_available():
         return
-    skip = pytest.mark.skip(reason="reference webhook binary /usr/bin/webhook is not installed")
+    skip = pytest.mark.skip(reason=f"reference webhook binary {REFERENCE_BINARY} is not installed")
     for item in items:
         if "reference" in item.keywords:
             item.add_marker(skip)

@@ -23,7 +23,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 ECHO = HERE / "echo_command.py"
 HOOKS_DIR = HERE / "hooks"
-REFERENCE_BINARY = Path("/usr/bin/webhook")
+# The reference binary; HOOKRUNNER_REFERENCE_WEBHOOK may point elsewhere (e.g. a locally built 2.8.0).
+REFERENCE_BINARY = Path(os.environ.get("HOOKRUNNER_REFERENCE_WEBHOOK", "/usr/bin/webhook"))
 
 # Flag sets the cases may ask for; every server also gets -hooks, -ip, -port and -verbose.
 SERVER_FLAGS: dict[str, tuple[str, ...]] = {
@@ -232,7 +233,7 @@ class Server:
         rid: str | None = None
         while rid is None and time.monotonic() < deadline:
             for entry in self.entries_since(offset):
-                if entry.request_id and needle in entry.message:
+                if entry.request_id and entry.message.endswith(needle):
                     rid = entry.request_id
                     break
             else:
@@ -336,7 +337,7 @@ class ServerPool:
             pytest.fail(self.failures[key])
         if key not in self.servers:
             if impl == "reference" and not reference_available():
-                pytest.skip("reference webhook binary /usr/bin/webhook is not installed")
+                pytest.skip(f"reference webhook binary {REFERENCE_BINARY} is not installed")
             try:
                 self.servers[key] = start_server(impl, fmt, flags_name, self.base / "-".join(key))
             except RuntimeError as exc:
