@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -191,10 +192,43 @@ def test_pushes_the_rule_or_the_script_turns_away_create_nothing(stack: Stack) -
     assert stack.standin.jobs() == []
 
 
-def test_scripts_dev_is_valid_bash() -> None:
-    script = REPO_ROOT / "scripts" / "dev"
-    assert os.access(script, os.X_OK)
-    subprocess.run(["bash", "-n", str(script)], check=True)
+def test_scripts_dev_walk_through(tmp_path: Path) -> None:
+    """scripts/dev as a user runs it: start, curl a push, find the built site, Ctrl-C, nothing left over."""
+    port = free_port()
+    env = {**os.environ, "WEBHOOK_PORT": str(port), "DEV_ROOT": str(tmp_path)}
+    output = tmp_path / "dev.out"
+    with open(output, "wb") as out:
+        dev = subprocess.Popen(
+            [str(REPO_ROOT / "scripts" / "dev")], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+
+        def serving() -> bool:
+            if dev.poll() is not None:
+                raise AssertionError(f"scripts/dev exited early:\n{output.read_text()}")
+            try:
+                return requests.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200
+            except requests.ConnectionError:
+                return False
+
+        wait_for(serving, 60, "scripts/dev to serve")
+        children = subprocess.run(
+            ["ps", "-o", "pid=", "--ppid", str(dev.pid)], capture_output=True, text=True, check=True
+        ).stdout.split()
+        assert len(children) == 2, "the stand-in and the receiver"
+        answer = push(f"http://127.0.0.1:{port}/hooks/rebuild-docs", "refs/heads/dev")
+        assert answer.text == "payload received"
+        page = tmp_path / "site" / "dev" / "dev-only" / "index.html"
+        wait_for(page.exists, 120, f"the dev site; scripts/dev said:\n{output}")
+        wait_for(lambda: "succeeded" in output.read_text(), 30, "the job to be reported")
+        assert DEV_ONLY_TEXT in page.read_text(encoding="utf-8")
+        assert oct((tmp_path / "dev" / "serviceaccount" / "token").stat().st_mode & 0o777) == oct(0o600)
+    finally:
+        dev.send_signal(signal.SIGINT)
+        code = dev.wait(timeout=30)
+    assert code == 130
+    for pid in children:
+        wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 10, f"child {pid} to be stopped")
 
 
 def documented_clause(marker: str) -> dict[str, Any]:
