@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import shutil
 import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -83,6 +87,31 @@ def test_json_is_in_sync_with_yaml() -> None:
         assert load_json(name) == source
         # The generator's exact layout, so a hand edit of the JSON shows up as drift too.
         assert (ETC / f"{name}.json").read_text(encoding="utf-8") == json.dumps(source, indent=2) + "\n"
+
+
+def test_gen_jobs_reports_and_repairs_drift(tmp_path: Path) -> None:
+    """gen-jobs on a scratch copy of the repo: an edited source makes --check fail until it is rerun."""
+    for part in ("devstack", "k8s/jobs", "etc"):
+        shutil.copytree(REPO_ROOT / part, tmp_path / part)
+    source = tmp_path / "k8s" / "jobs" / "mkdocs-dev.yaml"
+    source.write_text(
+        source.read_text().replace("ttlSecondsAfterFinished: 600", "ttlSecondsAfterFinished: 60")
+    )
+
+    def gen_jobs(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+        argv = [sys.executable, "-m", "devstack.gen_jobs", *args]
+        return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+
+    stale = gen_jobs("--check")
+    assert stale.returncode == 1
+    assert stale.stderr.strip() == "gen-jobs: etc/mkdocs-dev.json is out of date"
+    assert gen_jobs().returncode == 0
+    assert (
+        json.loads((tmp_path / "etc" / "mkdocs-dev.json").read_text())["spec"]["ttlSecondsAfterFinished"]
+        == 60
+    )
+    assert gen_jobs("--check").returncode == 0
 
 
 @pytest.mark.parametrize("name", sorted(JOBS))
