@@ -13,6 +13,7 @@ from flask import Flask, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.wrappers import Response
 
+from hookrunner import metrics
 from hookrunner.config import Config
 from hookrunner.errors import (
     ArgumentError,
@@ -20,9 +21,11 @@ from hookrunner.errors import (
     MultipartError,
     ParameterNodeError,
     PayloadParseError,
+    SignatureError,
     SourceError,
 )
 from hookrunner.executor import CommandRunner
+from hookrunner.explain import explain, explanation_text
 from hookrunner.hooks import Hook, HookRegistry
 from hookrunner.log import log
 from hookrunner.params import (
@@ -174,6 +177,10 @@ class HookApp:
         self.runner = runner
         self.global_headers = {canonical_header_key(h.name): h.value for h in config.headers}
         self.allowed_methods = config.allowed_methods
+        # -metrics: the metric objects live as long as the app (created in the master, used in the worker).
+        self.metrics = metrics.enable(registry, runner) if config.metrics else None
+        if self.metrics is None:
+            metrics.disable()
 
     # --- request ids and the access log -------------------------------------------------------------
 
@@ -193,11 +200,21 @@ class HookApp:
         environ = request.environ
         uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path.rstrip("?")
         size = response.content_length or 0
+        elapsed = time.perf_counter() - started
         log.request(
             rid,
             f"{response.status_code:03d} | {humanize_bytes(size)} | "
-            f"{go_duration(time.perf_counter() - started)}"
+            f"{go_duration(elapsed)}"
             f" | {request.host} | {request.method} {uri}",
+            event="access",
+            fields={
+                "status": response.status_code,
+                "bytes": size,
+                "duration_ms": round(elapsed * 1000, 3),
+                "host": request.host,
+                "method": request.method,
+                "uri": uri,
+            },
         )
 
     # --- -debug: webhook's request/response dumper ---------------------------------------------------
@@ -219,7 +236,8 @@ class HookApp:
         body = request.get_data(cache=True)
         if body:
             lines += body.decode("utf-8", "replace").splitlines()
-        log.raw("".join(f"> [{rid}] {line}\n" for line in lines))
+        text = "".join(f"> [{rid}] {line}\n" for line in lines)
+        log.raw(text, request_id=rid, event="request_dump", plain="\n".join(lines))
 
     def dump_response(self, rid: str, response: Answer) -> None:
         """The dumper's view of the answer: WriteHeader's code (`0 ` if never called), headers, body."""
@@ -232,7 +250,8 @@ class HookApp:
         if body:
             out.append(f"< [{rid}]\n")
             out += [f"< [{rid}] {line}\n" for line in body.decode("utf-8", "replace").splitlines()]
-        log.raw("".join(out))
+        log.raw("".join(out), request_id=rid, event="response_dump",
+                plain="\n".join(line[len(f"< [{rid}]") :].strip() for line in out))
 
     # --- routes -------------------------------------------------------------------------------------
 
@@ -247,6 +266,30 @@ class HookApp:
         self.access_log(rid, response, started)
         return response
 
+    # --- beyond the reference: metrics and health (docs/observability.md) ----------------------------
+
+    def known_id(self, hook_id: str) -> str:
+        """The metrics label for an id: the id when it is loaded, else "" (a scanner adds no series)."""
+        return hook_id if self.registry.match(hook_id) is not None else ""
+
+    def observe(self, kind: str) -> Answer:
+        """`/metrics` (with -metrics) and `/healthz`: GET and HEAD only, each with a one-line access log."""
+        started = time.perf_counter()
+        rid = self.request_id()
+        if request.method not in ("GET", "HEAD"):
+            response = answer(405, b"", {**self.global_headers, "Allow": "GET, HEAD"})
+        elif kind == "metrics":
+            assert self.metrics is not None
+            body, content_type = self.metrics.exposition(request.headers.get("Accept", ""))
+            response = answer(200, body, self.global_headers, content_type)
+        elif "ready" in request.args and len(self.registry) == 0:
+            # Readiness: a runner whose hooks files gave no hooks should get no traffic.
+            response = answer(503, b"No hooks are loaded.", self.global_headers, TEXT_PLAIN)
+        else:
+            response = answer(200, b"OK", self.global_headers, TEXT_PLAIN)
+        self.access_log(rid, response, started)
+        return response
+
     def hook(self, hook_id: str = "") -> Answer:
         started = time.perf_counter()
         rid = self.request_id()
@@ -256,10 +299,12 @@ class HookApp:
             response = self.handle(rid, hook_id)
         except RequestEntityTooLarge:
             log.request(rid, f"request body larger than {self.config.max_body_size} bytes, answering 413")
+            metrics.record_request(self.known_id(hook_id), metrics.ERROR)
             response = answer(413, b"Request body too large.", dict(self.global_headers))
         except ReplacePanicError as exc:
             # webhook's handler panics here; chi's recoverer answers with http.Error's 500.
             log.request(rid, f"panic: {exc}")
+            metrics.record_request(self.known_id(hook_id), metrics.ERROR)
             headers = {**self.global_headers, "X-Content-Type-Options": "nosniff"}
             response = answer(500, b"Internal Server Error\n", headers, TEXT_PLAIN)
         if self.config.debug:
@@ -269,18 +314,25 @@ class HookApp:
 
     def handle(self, rid: str, hook_id: str) -> Answer:
         method = request.method
-        log.request(rid, f"incoming HTTP {method} request from {self.remote_addr()}\n")
+        log.request(rid, f"incoming HTTP {method} request from {self.remote_addr()}\n", event="incoming")
         hook = self.registry.match(hook_id)
         if hook is None:
+            metrics.record_request("", metrics.NOT_FOUND)  # unknown ids share one label
             return answer(404, MSG_NOT_FOUND, {})
         if not self.method_allowed(hook, method):
-            log.request(rid, f"HTTP {method} method not allowed for hook {go_quote(hook_id)}")
+            log.request(
+                rid,
+                f"HTTP {method} method not allowed for hook {go_quote(hook_id)}",
+                level="warn", hook=hook.id, event="method_not_allowed",
+            )
+            metrics.record_request(hook.id, metrics.METHOD_NOT_ALLOWED)
             return answer(405, b"", {})
-        log.request(rid, f"{hook_id} got matched\n")
+        log.request(rid, f"{hook_id} got matched\n", hook=hook.id, event="matched")
         headers = dict(self.global_headers)
 
         req = self.parse_request(rid, hook)
         if isinstance(req, Answer):
+            metrics.record_request(hook.id, metrics.ERROR)
             return req
         for error in self.parse_json_parameters(hook, req):
             log.request(rid, f"error parsing JSON parameters: {error}\n")
@@ -292,9 +344,18 @@ class HookApp:
             ok, error = hook.trigger_rule.check(req)
             if error is not None:
                 if not isinstance(error, ParameterNodeError):
-                    log.request(rid, f"error evaluating hook: {error}")
+                    log.request(
+                        rid,
+                        f"error evaluating hook: {error}",
+                        level="error",
+                        hook=hook.id,
+                        event="rule_error",
+                    )
+                    bad_signature = isinstance(error, SignatureError)
+                    outcome = metrics.SIGNATURE_ERROR if bad_signature else metrics.RULE_ERROR
+                    metrics.record_request(hook.id, outcome)
                     return answer(500, MSG_RULE_ERROR, headers)
-                log.request(rid, str(error))
+                log.request(rid, str(error), hook=hook.id, event="parameter_not_found")
 
         if not ok:
             status = self.configured_status(rid, hook, hook.mismatch_status)
@@ -302,18 +363,29 @@ class HookApp:
                 rid,
                 f"{hook.id} got matched, but didn't get triggered "
                 "because the trigger rules were not satisfied\n",
+                hook=hook.id,
+                event="rules_not_satisfied",
             )
+            if log.enabled and hook.trigger_rule is not None:
+                self.log_explanation(rid, hook, req)
+            metrics.record_request(hook.id, metrics.RULES_NOT_SATISFIED)
             return answer(status, MSG_MISMATCH, headers)
 
-        log.request(rid, f"{hook.id} hook triggered successfully\n")
+        log.request(rid, f"{hook.id} hook triggered successfully\n", hook=hook.id, event="triggered")
         for header in hook.response_headers:
             headers[canonical_header_key(header.name)] = header.value
         try:
             future = self.runner.submit(hook, req)
         except Busy as busy:
-            log.request(rid, f"{hook.id} is busy: concurrency limit and queue full, answering 429")
+            log.request(
+                rid,
+                f"{hook.id} is busy: concurrency limit and queue full, answering 429",
+                level="warn", hook=hook.id, event="busy",
+            )
+            metrics.record_request(hook.id, metrics.BUSY)
             headers["Retry-After"] = str(busy.retry_after)
             return answer(429, b"Too many runs of this hook are already running or queued.", headers)
+        metrics.record_request(hook.id, metrics.SERVED)
         if hook.capture_output:
             result = future.result()
             if not result.ok:
@@ -333,6 +405,30 @@ class HookApp:
         if self.allowed_methods:
             return method in self.allowed_methods
         return True
+
+    def log_explanation(self, rid: str, hook: Hook, req: Request) -> None:
+        """One extra line after webhook's mismatch line: the clauses that decided it, secrets redacted."""
+        clauses = explain(hook.trigger_rule, req)
+        if not clauses:
+            return
+        log.request(
+            rid,
+            explanation_text(hook.id, clauses),
+            hook=hook.id,
+            event="rule_explanation",
+            fields={
+                "clauses": [
+                    {
+                        "path": c.path,
+                        "type": c.type,
+                        "parameter": c.parameter,
+                        "value": c.value,
+                        "reason": c.reason,
+                    }
+                    for c in clauses
+                ]
+            },
+        )
 
     def configured_status(self, rid: str, hook: Hook, code: int) -> int:
         """The hook's configured code, or 0 (Go's implicit 200) when none or an unknown one is set."""
@@ -480,6 +576,11 @@ def create_app(config: Config, registry: HookRegistry, runner: CommandRunner) ->
             return answer(301, b"", {"Location": cleaned + ("?" + query if query else "")})
         if path == "/":
             return hooks.root()
+        if path == "/metrics" and hooks.metrics is not None:
+            return hooks.observe("metrics")
+        # With an empty -urlprefix a loaded hook named `healthz` keeps its path.
+        if path == "/healthz" and not (base == "" and registry.match("healthz") is not None):
+            return hooks.observe("health")
         if path.startswith(base + "/"):
             return hooks.hook(path[len(base) + 1 :])
         return answer(404, b"404 page not found\n", {"X-Content-Type-Options": "nosniff"}, TEXT_PLAIN)
