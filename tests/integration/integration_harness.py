@@ -385,16 +385,35 @@ class Outcome:
     response: Response
     logs: list[LogEntry]
     leftover_files: list[str]
+    server_base: str = ""
 
     def selected_logs(self) -> list[str]:
+        """The messages worth comparing in order: they come from the handler, one after the other."""
         picked = []
         for entry in self.logs:
             if any(marker in entry.message for marker in SELECTED_LOG_MARKERS):
                 picked.append(PORT_IN_TEXT.sub("127.0.0.1:<port>", entry.message))
         return picked
 
+    def all_logs(self) -> list[str]:
+        """Every message of the request with what legitimately varies masked (ports, durations, the
+        server's directory, temporary file names), sorted: a background command logs at its own pace."""
+        masked = []
+        for entry in self.logs:
+            text = PORT_IN_TEXT.sub("127.0.0.1:<port>", entry.message)
+            if self.server_base:
+                text = text.replace(self.server_base, "<server-dir>")
+            text = TEMP_FILE_NAME.sub(r"\1<random>", text)
+            text = ACCESS_LINE.sub(r"\1<duration>\2", text)
+            masked.append(text)
+        return sorted(masked)
+
 
 PORT_IN_TEXT = re.compile(r"127\.0\.0\.1:\d+")
+# pass-file-to-command files are named after their variable plus a random part.
+TEMP_FILE_NAME = re.compile(r"/(MY_FILE|HOOK_OTHER|MY_B64|BODY_FILE)[A-Za-z0-9_]+")
+# The access line: `200 | 24 B | 1.234ms | host | POST /path`; the duration varies.
+ACCESS_LINE = re.compile(r"^(\d{3} \| [^|]* \| )[^|]*( \| )")
 
 
 def send_case(
@@ -415,4 +434,4 @@ def send_case(
     if check_files:
         recorded = server.record_path.read_bytes().split(b"\n") if server.record_path.exists() else []
         leftover = [os.fsdecode(p) for p in recorded if p and os.path.exists(p)]
-    return Outcome(response, logs, leftover)
+    return Outcome(response, logs, leftover, str(server.workdir.parent))

@@ -1,7 +1,8 @@
 """The differential test: every integration case goes to the reference `webhook` and to hookrunner.
 
 Both answers must be identical: status, interim 1xx answers, body (remote ports masked) and the header
-set minus Date; and the selected log messages (timestamps and request ids stripped) must match too.
+set minus Date; the selected log messages (timestamps and request ids stripped) must match in order, and
+all of the request's log messages must match as a set once ports, durations and temporary names are masked.
 A case marked `deliberate` is a documented improvement (docs/compatibility.md): for it, each server must
 give its own documented answer, and the two answers must still differ.
 """
@@ -44,4 +45,5 @@ def test_same_answer_as_reference(server_pool: ServerPool, fmt: str, case: Case)
     assert got.interim == ref.interim
     assert comparable_headers(got, masked) == comparable_headers(ref, masked)
     assert ours.selected_logs() == reference.selected_logs()
+    assert ours.all_logs() == reference.all_logs()
     assert ours.leftover_files == reference.leftover_files == []
