@@ -14,11 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ETC = REPO_ROOT / "etc"
 RELOAD_SH = ETC / "reload.sh"
-SERVED_REPOSITORY = "example-org/docs"
+
+
+def served_repository() -> str:
+    """The repository the hook's rule serves; the tests follow it, so changing it everywhere keeps them green."""
+    hooks = yaml.safe_load((ETC / "hooks.yaml").read_text(encoding="utf-8"))
+    value: str = hooks[0]["trigger-rule"]["and"][1]["match"]["value"]
+    return value
+
+
+SERVED_REPOSITORY = served_repository()
 SERVED_CLONE_URL = f"https://github.com/{SERVED_REPOSITORY}.git"
 
 

@@ -47,7 +47,10 @@ def assert_created_from(job: dict[str, Any], namespace: str, job_file: str) -> N
 
 
 # Rule 1: another repository is skipped, whatever the ref.
-@pytest.mark.parametrize("repository", ["someone-else/docs", "example-org/docs2", "example-org/Docs", ""])
+@pytest.mark.parametrize(
+    "repository",
+    ["someone-else/docs", SERVED_REPOSITORY + "2", SERVED_REPOSITORY.swapcase(), " " + SERVED_REPOSITORY, ""],
+)
 def test_rule1_unsupported_repo_is_skipped(standin: Standin, repository: str) -> None:
     result = run_reload(standin, "refs/heads/main", repository)
     assert result.returncode == 0, result.stderr
