@@ -7,6 +7,7 @@ gthread worker serves every request, so there is one registry and reloads are se
 from __future__ import annotations
 
 import concurrent.futures.thread  # noqa: F401 - loaded lazily by gunicorn; see the note below
+import logging
 import os
 import queue
 import signal
@@ -26,7 +27,7 @@ from gunicorn.workers.gthread import ThreadWorker
 
 from hookrunner import tls
 from hookrunner.config import Config
-from hookrunner.log import log
+from hookrunner.log import json_line, log, rfc3339_now
 from hookrunner.watcher import HooksWatcher
 
 #: How long SIGTERM/SIGINT waits for running requests and commands before killing them.
@@ -230,6 +231,26 @@ class HookApplication(BaseApplication):
         HookArbiter(self).run()
 
 
+class _JsonFormatter(logging.Formatter):
+    """gunicorn's own messages as JSON lines, so that with -log-format json every line parses."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        entry = {"time": rfc3339_now(), "level": record.levelname.lower(), "event": "server", "msg": message}
+        return json_line(entry).rstrip("\n")
+
+
+class _JsonLogger(gunicorn.glogging.Logger):
+    """gunicorn's logger with every handler of its error log writing JSON (-log-format json)."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for handler in self.error_log.handlers:
+            handler.setFormatter(_JsonFormatter())
+
+
 def _ssl_context(conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
     assert _ctx.ssl_context is not None
     return _ctx.ssl_context
@@ -266,6 +287,8 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
         "loglevel": "info" if config.debug else "critical",
         "http_protocols": "h1",
     }
+    if config.log_format == "json":
+        options["logger_class"] = _JsonLogger
     if config.secure:
         options["certfile"] = config.cert
         options["keyfile"] = config.key
