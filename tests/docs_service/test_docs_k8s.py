@@ -102,8 +102,10 @@ def test_deployment_is_the_seeds() -> None:
 def test_deployment_is_production_ready() -> None:
     pod = find("Deployment", "webhook-docs")["spec"]["template"]["spec"]
     [box] = pod["containers"]
+    # Alive while the server answers; ready only while hooks are loaded (docs/observability.md).
+    assert box["livenessProbe"]["httpGet"]["path"] == "/"
+    assert box["readinessProbe"]["httpGet"]["path"] == "/healthz?ready"
     for probe in ("livenessProbe", "readinessProbe"):
-        assert box[probe]["httpGet"]["path"] == "/"
         assert box[probe]["httpGet"]["port"] in ("http", 9000)
     assert set(box["resources"]["requests"]) == {"cpu", "memory"}
     assert set(box["resources"]["limits"]) == {"cpu", "memory"}
