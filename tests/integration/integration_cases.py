@@ -238,6 +238,45 @@ CASES: list[Case] = [
         global_headers=False,
         **ROOT_HEADERS,
     ),
+    # Deliberate: hookrunner serves a health endpoint; the reference has no such route.
+    _c(
+        "healthz",
+        "/healthz",
+        method="GET",
+        status=404,
+        expect_body=GO_404,
+        global_headers=False,
+        deliberate="/healthz",
+        hookrunner=(("status", 200), ("expect_body", b"OK"), ("global_headers", True)),
+    ),
+    _c(
+        "healthz-post",
+        "/healthz",
+        status=404,
+        expect_body=GO_404,
+        global_headers=False,
+        deliberate="/healthz",
+        hookrunner=(
+            ("status", 405),
+            ("expect_body", b""),
+            ("global_headers", True),
+            ("expect_headers", (("Allow", "GET, HEAD"),)),
+        ),
+    ),
+    _c(
+        "healthz-without-prefix",
+        "/healthz",
+        method="GET",
+        flags="noprefix",
+        status=404,
+        expect_body=b"Hook not found.",
+        global_headers=False,
+        deliberate="/healthz",
+        hookrunner=(("status", 200), ("expect_body", b"OK")),
+    ),
+    _c(
+        "metrics-without-flag", "/metrics", method="GET", status=404, expect_body=GO_404, global_headers=False
+    ),
     _c("unknown-hook", "/hooks/nope", expect_body=b"Hook not found.", status=404, global_headers=False),
     _c(
         "outside-prefix",
