@@ -21,14 +21,20 @@ from typing import Any, Protocol
 # the interpreter's files may be out of reach, so they are loaded here, before the privileges go.
 import gunicorn.glogging  # noqa: F401
 import gunicorn.http.wsgi
+from gunicorn import util as gunicorn_util
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
+from gunicorn.http import errors as http_errors
 from gunicorn.workers.gthread import ThreadWorker
 
 from hookrunner import tls
 from hookrunner.config import Config
 from hookrunner.log import json_line, log, rfc3339_now
 from hookrunner.watcher import HooksWatcher
+
+#: The WSGI environ key holding every request header in arrival order, as (UPPER-CASE NAME, value):
+#: WSGI joins repeated headers with commas, while webhook uses the first value of each.
+HEADER_LIST_KEY = "hookrunner.header_list"
 
 #: How long SIGTERM/SIGINT waits for running requests and commands before killing them.
 SHUTDOWN_GRACE = 25.0
@@ -59,10 +65,62 @@ _HELD_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, s
 
 
 class _Quiet(gunicorn.http.wsgi.Response):
-    """A response without gunicorn's `Server:` header: webhook (Go's net/http) sends none."""
+    """gunicorn's response head as Go's net/http writes it: no `Server:` header, and `Connection:` only
+    where Go sends it (`close` on HTTP/1.1, `keep-alive` on HTTP/1.0; the protocol default is left out)."""
 
     def default_headers(self) -> list[str]:
-        return [line for line in super().default_headers() if not line.startswith("Server:")]
+        implicit = "Connection: keep-alive\r\n" if self.req.version >= (1, 1) else "Connection: close\r\n"
+        return [
+            line for line in super().default_headers() if not line.startswith("Server:") and line != implicit
+        ]
+
+
+# Go's httpguts.ValidHostHeader: the bytes a Host header may hold.
+_HOST_BYTES = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!$%&'()*+,-.:;=[]_~"
+)
+
+
+def go_plain_error(code: int, text: str, body: str | None = None) -> bytes:
+    """An answer net/http writes itself, before any handler runs: no Date, no length, then close."""
+    body = f"{code} {text}" if body is None else body
+    head = f"HTTP/1.1 {code} {text}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+    return (head + body).encode("latin-1")
+
+
+def go_host_problem(version: tuple[int, int], method: str, headers: list[tuple[str, str]]) -> str:
+    """Why net/http would refuse this request's Host header, or "" when it would not."""
+    hosts = [value for name, value in headers if name.upper() == "HOST"]
+    if not hosts and version >= (1, 1) and method != "CONNECT":
+        return "missing required Host header"
+    if len(hosts) == 1 and not set(hosts[0]) <= _HOST_BYTES:
+        return "malformed Host header"
+    return ""
+
+
+def go_parse_error(exc: BaseException) -> bytes | None:
+    """What net/http answers to a request it cannot parse; None for errors that are not the client's."""
+    if isinstance(exc, (http_errors.InvalidResponseHeader, http_errors.InvalidResponseHeaderName)):
+        return None  # the application's fault: gunicorn's 500
+    if isinstance(exc, ssl.SSLError):
+        return b""  # Go only logs a TLS handshake error and closes the connection
+    if isinstance(exc, (http_errors.LimitRequestHeaders, http_errors.LimitRequestLine)):
+        return go_plain_error(431, "Request Header Fields Too Large")
+    if isinstance(exc, http_errors.InvalidHTTPVersion) and isinstance(exc.version, tuple):
+        return go_plain_error(505, "HTTP Version Not Supported: unsupported protocol version")
+    if isinstance(exc, http_errors.ExpectationFailed):
+        date = gunicorn_util.http_date()
+        return f"HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: {date}\r\n" \
+            "Content-Length: 0\r\n\r\n".encode("latin-1")
+    if isinstance(exc, http_errors.UnsupportedTransferCoding) or (
+        isinstance(exc, http_errors.InvalidHeader) and exc.hdr == "TRANSFER-ENCODING"
+    ):
+        return go_plain_error(501, "Not Implemented", "Unsupported transfer encoding")
+    if isinstance(exc, http_errors.InvalidHeaderName):
+        return go_plain_error(400, "Bad Request: invalid header name")
+    if isinstance(exc, http_errors.ParseException):
+        return go_plain_error(400, "Bad Request")
+    return None
 
 
 class _Context:
@@ -112,6 +170,8 @@ def _start_watcher(registry: Registry) -> HooksWatcher:
 class HookWorker(ThreadWorker):
     """gunicorn's threaded worker with webhook's signals: HUP and USR1 reload hooks, INT is graceful."""
 
+    wsgi: Any
+
     def init_process(self) -> None:
         # Go's net/http sends no Server header; swap the response class in this process only.
         gunicorn.http.wsgi.Response = _Quiet
@@ -139,6 +199,45 @@ class HookWorker(ThreadWorker):
         self._reloader.start()
         if _ctx.config.hotreload:
             self._watcher = _start_watcher(_ctx.registry)
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        app = self.wsgi
+        current = self._current = threading.local()
+
+        def with_header_list(environ: dict[str, Any], start_response: Any) -> Any:
+            req = getattr(current, "req", None)
+            if req is not None:
+                environ[HEADER_LIST_KEY] = tuple(req.headers)
+            return app(environ, start_response)
+
+        self.wsgi = with_header_list
+
+    def handle_request(self, req: Any, conn: Any) -> bool:
+        # net/http checks the Host header before any handler runs, and answers in its own plain format.
+        problem = go_host_problem(req.version, req.method, req.headers)
+        if problem:
+            try:
+                conn.sock.sendall(go_plain_error(400, f"Bad Request: {problem}"))
+            except OSError:
+                pass
+            return False
+        self._current.req = req  # the app runs on this thread, inside the call below
+        try:
+            return bool(super().handle_request(req, conn))
+        finally:
+            self._current.req = None
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        answer = go_parse_error(exc)
+        if answer is None:
+            super().handle_error(req, client, addr, exc)
+            return
+        try:
+            if answer:
+                client.sendall(answer)
+        except OSError:
+            pass
 
     def _reload_signal(self, signum: int, frame: object) -> None:
         self._reloader.request()
@@ -269,12 +368,16 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
         "graceful_timeout": int(SHUTDOWN_GRACE) + 5,
         "timeout": 30,
         "keepalive": 5,
-        # net/http limits only the header block (1 MB), not lines or field counts.
+        # net/http limits the request line and headers together to 1 MB. gunicorn limits the line, each
+        # field and the number of fields: a 1 MB line or field is accepted, in at most 100 fields.
         "limit_request_line": 0,
-        "limit_request_fields": 32768,
-        "limit_request_field_size": 0,
-        # Keep headers with underscores, as Go does, instead of dropping them.
+        "limit_request_fields": 100,
+        "limit_request_field_size": 1 << 20,
+        # Go accepts what gunicorn refuses by default: headers with underscores (kept, not dropped),
+        # any method token (`post` is a method of its own, answered 405 by the app), folded headers.
         "header_map": "dangerous",
+        "permit_unconventional_http_method": True,
+        "permit_obsolete_folding": True,
         "forwarded_allow_ips": "",
         "control_socket_disable": True,
         # Who we are now, after -setuid/-setgid; gunicorn's default is whoever imported it (root).

@@ -528,3 +528,100 @@ def test_reload_log_matches_the_reference(tmp_path: Path, signum: int) -> None:
         return [line.replace(str(hooks), "HOOKS") for line in lines[start:]]
 
     assert reload_log(HOOKRUNNER) == reload_log("webhook")
+
+
+# ------------------------------------------------------------------- the protocol as net/http speaks it
+
+PLAIN = b"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+PROTOCOL_CASES = [
+    ("no-host", b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n",
+     b"HTTP/1.1 400 Bad Request: missing required Host header\r\n" + PLAIN
+     + b"400 Bad Request: missing required Host header"),
+    ("malformed-host", b"GET / HTTP/1.0\r\nHost: a b\r\n\r\n",
+     b"HTTP/1.1 400 Bad Request: malformed Host header\r\n" + PLAIN + b"400 Bad Request: malformed Host header"),
+    ("two-hosts", b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
+     b"HTTP/1.1 400 Bad Request\r\n" + PLAIN + b"400 Bad Request"),
+    ("garbage", b"GARBAGE\r\n\r\n", b"HTTP/1.1 400 Bad Request\r\n" + PLAIN + b"400 Bad Request"),
+    ("http-2.0", b"GET / HTTP/2.0\r\nHost: x\r\n\r\n",
+     b"HTTP/1.1 505 HTTP Version Not Supported: unsupported protocol version\r\n" + PLAIN
+     + b"505 HTTP Version Not Supported: unsupported protocol version"),
+    ("bad-header-name", b"GET / HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n",
+     b"HTTP/1.1 400 Bad Request: invalid header name\r\n" + PLAIN + b"400 Bad Request: invalid header name"),
+    ("header-over-1mb", b"GET / HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 1_100_000 + b"\r\n\r\n",
+     b"HTTP/1.1 431 Request Header Fields Too Large\r\n" + PLAIN + b"431 Request Header Fields Too Large"),
+    ("transfer-encoding-gzip", b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+     b"HTTP/1.1 501 Not Implemented\r\n" + PLAIN + b"Unsupported transfer encoding"),
+    ("expect-unknown", b"POST / HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nContent-Length: 0\r\n\r\n",
+     b"HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: DATE\r\nContent-Length: 0\r\n\r\n"),
+    ("http-1.0-closes-silently", b"GET / HTTP/1.0\r\n\r\n",
+     b"HTTP/1.0 200 OK\r\nDate: DATE\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 2\r\n\r\nOK"),
+    ("http-1.0-keep-alive", b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+     b"HTTP/1.0 200 OK\r\nDate: DATE\r\nConnection: keep-alive\r\nContent-Type: text/plain; charset=utf-8\r\n"
+     b"Content-Length: 2\r\n\r\nOK"),
+    ("http-1.1-keep-alive-implicit", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+     b"HTTP/1.1 200 OK\r\nDate: DATE\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 2\r\n\r\nOK"),
+    ("folded-header-accepted", b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\nConnection: close\r\n\r\n",
+     b"HTTP/1.1 200 OK\r\nDate: DATE\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n"
+     b"Content-Length: 2\r\n\r\nOK"),
+]
+DATE = re.compile(rb"Date: [^\r]+\r\n")
+
+
+def raw_exchange(port: int, request: bytes) -> bytes:
+    """Send raw bytes; read until the server closes, or 1 s of silence on a kept-alive connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        sock.settimeout(1.0)
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except TimeoutError:
+            pass
+    return DATE.sub(b"Date: DATE\r\n", answer)
+
+
+def _header_block_sorted(answer: bytes) -> bytes:
+    # Go writes its headers sorted, gunicorn in its own order; the order carries no meaning.
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status, *headers = head.split(b"\r\n")
+    return b"\r\n".join([status, *sorted(headers)]) + b"\r\n\r\n" + body
+
+
+@pytest.fixture(scope="module")
+def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = Server(tmp_path_factory.mktemp("protocol"), [ECHO_HOOK])
+    server.ready()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize(("name", "request_bytes", "expected"), PROTOCOL_CASES, ids=[c[0] for c in PROTOCOL_CASES])
+def test_protocol_answers_are_net_https(plain_server: Server, name: str, request_bytes: bytes,
+                                        expected: bytes) -> None:
+    assert _header_block_sorted(raw_exchange(plain_server.port, request_bytes)) == _header_block_sorted(expected)
+
+
+@pytest.mark.reference
+@pytest.mark.skipif(shutil.which("webhook") is None, reason="reference webhook not installed")
+def test_protocol_answers_match_the_reference(tmp_path: Path) -> None:
+    (tmp_path / "hooks.json").write_text(json.dumps([ECHO_HOOK]))
+    port = free_port()
+    reference = subprocess.Popen(["webhook", "-hooks", "hooks.json", "-ip", "127.0.0.1", "-port", str(port)],
+                                 cwd=tmp_path, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: _answers(port), timeout=10)
+        for name, request_bytes, expected in PROTOCOL_CASES:
+            answer = _header_block_sorted(raw_exchange(port, request_bytes))
+            assert answer == _header_block_sorted(expected), name
+    finally:
+        reference.terminate()
+        reference.wait(timeout=10)
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
