@@ -55,6 +55,10 @@ token=$(cat -- "$sa_dir/token")
 
 response=$(mktemp)
 trap 'rm -f -- "$response"' EXIT
+# A signal ends the script through `exit`, so the EXIT trap above still removes the file.
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # The bearer header is fed to curl on stdin (-H @-) so the token never shows in the process list.
 # --cacert pins trust to the cluster CA; TLS verification is never switched off.
@@ -81,7 +85,8 @@ json_string() {
 
 case $status in
     2??)
-        printf 'reload.sh: created job %s in namespace %s (HTTP %s)\n' "$(json_string '"metadata":{"name":')" "$namespace" "$status"
+        name=$(json_string '"metadata":{"name":')
+        printf 'reload.sh: created job %s in namespace %s (HTTP %s)\n' "$name" "$namespace" "$status"
         ;;
     *)
         message=$(json_string '"message":')

@@ -140,6 +140,17 @@ def test_token_stays_off_the_command_line_and_tls_is_verified(standin: Standin, 
     assert len(standin.jobs()) == 1
 
 
+def test_no_temporary_file_is_left_behind(standin: Standin, tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**kube_env(standin), "TMPDIR": str(scratch)}
+    argv = [str(RELOAD_SH), "refs/heads/dev", SERVED_REPOSITORY]
+    assert subprocess.run(argv, env=env, capture_output=True, check=False).returncode == 0
+    standin.token_file.write_text("rotated")
+    assert subprocess.run(argv, env=env, capture_output=True, check=False).returncode == 1
+    assert list(scratch.iterdir()) == []
+
+
 def test_wrong_token_is_refused_and_reported(standin: Standin, tmp_path: Path) -> None:
     other = tmp_path / "other-sa"
     other.mkdir()
