@@ -765,9 +765,14 @@ CASES: list[Case] = [
     ),
     _c(
         "header-8k",
-        "/hooks/headers",
-        headers=(("X-Multi", BIG_HEADER),),
-        expect_body=b"arg: " + BIG_HEADER.encode() + b"   \n",
+        "/hooks/header-file",
+        headers=(("X-Big", BIG_HEADER),),
+        files_removed=True,
+        expect_body=(
+            b"arg: showfile=BIG_FILE\nfile BIG_FILE: size=8192 sha256="
+            + hashlib.sha256(BIG_HEADER.encode()).hexdigest()[:16].encode()
+            + b" mode=600 dir=tmp prefix=yes content=<8192 bytes>\n"
+        ),
     ),
     _c(
         "query-first-value",
