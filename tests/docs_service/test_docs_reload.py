@@ -146,7 +146,11 @@ def test_no_temporary_file_is_left_behind(standin: Standin, tmp_path: Path) -> N
     env = {**kube_env(standin), "TMPDIR": str(scratch)}
     argv = [str(RELOAD_SH), "refs/heads/dev", SERVED_REPOSITORY]
     assert subprocess.run(argv, env=env, capture_output=True, check=False).returncode == 0
-    standin.token_file.write_text("rotated")
+    # And on a refusal: a service-account dir whose token the API does not accept.
+    wrong = tmp_path / "wrong-sa"
+    write_private(wrong / "token", "not-the-token")
+    shutil.copy(standin.ca_file, wrong / "ca.crt")
+    env["SERVICEACCOUNT_DIR"] = str(wrong)
     assert subprocess.run(argv, env=env, capture_output=True, check=False).returncode == 1
     assert list(scratch.iterdir()) == []
 
