@@ -78,6 +78,7 @@ class Response:
     raw: bytes
     local_port: int
     interim: list[int] = field(default_factory=list)
+    status_line: str = ""  # of the final answer, e.g. "HTTP/1.0 200 OK"
 
     def header(self, name: str) -> str | None:
         for key, value in self.headers:
@@ -111,6 +112,7 @@ def parse_response(raw: bytes, method: str, local_port: int) -> Response:
         if not sep:
             raise AssertionError(f"incomplete HTTP answer: {raw[:300]!r}")
         status, reason, headers = _parse_head(head)
+        status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
         if 100 <= status < 200:
             interim.append(status)
             continue
@@ -125,7 +127,7 @@ def parse_response(raw: bytes, method: str, local_port: int) -> Response:
         body = rest[: int(lengths[0])]
     else:
         body = rest
-    return Response(status, reason, headers, body, raw, local_port, interim)
+    return Response(status, reason, headers, body, raw, local_port, interim, status_line)
 
 
 def _dechunk(data: bytes) -> bytes:

@@ -44,6 +44,7 @@ def test_same_answer_as_reference(server_pool: ServerPool, fmt: str, case: Case)
 
     assert (got.status, normalise(got.body)) == (ref.status, normalise(ref.body))
     assert got.interim == ref.interim
+    assert got.status_line == ref.status_line
     assert comparable_headers(got, masked) == comparable_headers(ref, masked)
     assert ours.selected_logs() == reference.selected_logs()
     assert ours.all_logs(drop_additions=True) == reference.all_logs()
