@@ -174,6 +174,11 @@ MP_HEADERS, MP_BODY = multipart(
     ]
 )
 
+MP_VALUE_HEADERS, MP_VALUE_BODY = multipart(
+    [("field", None, None, b"plain value"), ("forced", None, None, b'{"k":"from-value-part"}')],
+    boundary="vAlUe",
+)
+
 MP_BAD_HEADERS, MP_BAD_BODY = multipart(
     [("field", None, None, b"v"), ("jsonfile", "a.json", "application/json", b'{"k":')], boundary="b0undary"
 )
@@ -681,6 +686,13 @@ CASES: list[Case] = [
         expect_body=b'arg: v    {"field":"v","jsonfile":null}\n',
     ),
     _c(
+        "multipart-json-value-part",
+        "/hooks/multipart",
+        headers=MP_VALUE_HEADERS,
+        body=MP_VALUE_BODY,
+        expect_body=b'arg: plain value  from-value-part  {"field":"plain value","forced":{"k":"from-value-part"}}\n',
+    ),
+    _c(
         "multipart-broken",
         "/hooks/payload-dump",
         headers=(("Content-Type", "multipart/form-data; boundary=xx"),),
@@ -1108,6 +1120,13 @@ CASES: list[Case] = [
         headers=JSON + (("X-Json", '{"a":"hdr"}'),),
         body=b'{"p":"{\\"inner\\":{\\"k\\":\\"v\\"}}"}',
         expect_body=b'arg: v hdr qry {"inner":{"k":"v"}}\n',
+    ),
+    _c(
+        "parse-parameters-as-json-form",
+        "/hooks/json-params",
+        headers=FORM,
+        body=b"p=%7B%22inner%22%3A%7B%22k%22%3A%22v%22%7D%7D",
+        expect_body=b'arg: v   {"inner":{"k":"v"}}\n',
     ),
     _c(
         "parse-parameters-as-json-invalid",
