@@ -167,7 +167,9 @@ class JobRunner:
         with open(record.log_path, "wb") as log:
             try:
                 argv = self._host_argv(record, job_dir)
-            except ValueError as err:
+            # A body the API accepts can still be one the stand-in cannot map (wrong shapes included):
+            # the Job fails, as a pod that cannot start would, instead of hanging as Pending.
+            except (ValueError, TypeError, AttributeError, KeyError, OSError) as err:
                 log.write(f"kube-standin: cannot run this job: {err}\n".encode())
                 self.store.set_phase(record, "Failed")
                 print(f"kube-standin: job {record.namespace}/{record.name} failed: {err}", flush=True)
