@@ -13,6 +13,7 @@ Extra words among the arguments ask for more lines:
                             lives and its content; the path itself is replaced by <file> in `env:` and is
                             appended to the file named by $ECHO_RECORD so a test can check it was removed
   showcwd                   print `cwd: <basename of the working directory>`
+  sleep=SECONDS             sleep that long before exiting
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import stat
 import sys
 import tempfile
+import time
 
 
 def _file_report(name: bytes, path: bytes) -> bytes:
@@ -93,6 +95,9 @@ def main() -> int:
             out.write(line + b"\n")
         elif arg == b"showcwd":
             out.write(b"cwd: " + os.path.basename(os.getcwd()).encode() + b"\n")
+        elif arg.startswith(b"sleep="):
+            out.flush()
+            time.sleep(float(arg[len(b"sleep="):]))
         elif arg.startswith(b"stderr="):
             out.flush()
             sys.stderr.buffer.write(arg[len(b"stderr=") :] + b"\n")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 import yaml
@@ -44,3 +45,17 @@ def test_pipelined_requests_on_one_connection(server_pool: ServerPool, fmt: str)
     second = response.raw.split(b"queued", 1)[1]
     assert second.startswith(b"HTTP/1.1 404 Not Found\r\n")
     assert second.endswith(b"\r\n\r\nHook not found.")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_async_hook_answers_before_its_command_finishes(server_pool: ServerPool, fmt: str) -> None:
+    server = server_pool.get(TARGET, fmt)
+    offset = server.log_offset()
+    started = time.monotonic()
+    response = http_request(server.port, "POST", "/hooks/async-slow")
+    answered = time.monotonic() - started
+    assert (response.status, response.body) == (200, b"started")
+    assert answered < 1.5, f"answered after {answered:.2f}s; the command sleeps 2s"
+    entries = server.request_entries(offset, response.local_port)
+    assert any(entry.message == "finished handling async-slow" for entry in entries)
+    assert time.monotonic() - started >= 2.0
