@@ -195,7 +195,7 @@ class HookApp:
         return uuid.uuid4().hex[:6]
 
     def access_log(self, rid: str, response: Answer, started: float) -> None:
-        if not log.enabled:
+        if not (log.enabled or log.access):
             return
         environ = request.environ
         uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path.rstrip("?")

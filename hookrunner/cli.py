@@ -307,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     assert listener is not None
     log.enabled = config.log_enabled
+    log.access = config.access_log
 
     master = os.getpid()
     pidfile = ""

@@ -50,6 +50,7 @@ class Config:
     # Observability (docs/observability.md): off, and webhook's own log lines, by default.
     metrics: bool = False
     log_format: str = "text"
+    access_log: bool = False
 
     @property
     def log_enabled(self) -> bool:

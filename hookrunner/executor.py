@@ -225,21 +225,24 @@ class CommandRunner:
             req.id,
             f"executing {hook.execute_command} ({path}) with arguments [{quoted}] "
             f"and environment [{' '.join(envs)}] using {cwd} as cwd\n",
+            hook=hook.id,
+            event="command_started",
         )
         timeout = hook.command_timeout or self.command_timeout
         started = time.monotonic()
         output, error = self._spawn(path, argv, env, cwd or None, timeout, req.id)
         metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
-        log.request(req.id, f"command output: {output.decode('utf-8', 'replace')}\n")
+        text = output.decode("utf-8", "replace")
+        log.request(req.id, f"command output: {text}\n", hook=hook.id, event="command_output")
         if error is not None:
-            log.request(req.id, f"error occurred: {error}\n")
+            log.request(req.id, f"error occurred: {error}\n", hook=hook.id, event="command_failed")
         for name in files:
             log.request(req.id, f"removing file {name}\n")
             try:
                 os.remove(name)
             except OSError as exc:
                 log.request(req.id, f"error removing file {name} [{exc}]")
-        log.request(req.id, f"finished handling {hook.id}\n")
+        log.request(req.id, f"finished handling {hook.id}\n", hook=hook.id, event="command_finished")
         return CommandResult(output, error)
 
     def _spawn(

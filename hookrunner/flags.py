@@ -51,6 +51,13 @@ class Flag:
 
 
 FLAGS: tuple[Flag, ...] = (
+    Flag(
+        "access-log",
+        "bool",
+        "log one line per request (status, size, time, host, method, URI), even without -verbose",
+        "access_log",
+        extension=True,
+    ),
     Flag("cert", "string", "path to the HTTPS certificate pem file", "cert", "cert.pem"),
     Flag("cipher-suites", "string", "comma-separated list of supported TLS cipher suites", "cipher_suites"),
     Flag("debug", "bool", "show debug output", "debug"),

@@ -50,6 +50,8 @@ class GoLogger:
         self._lock = threading.Lock()
         self.enabled = enabled
         self.format = fmt  # "text" (webhook's lines) or "json"
+        #: -access-log: the access entries are written even when the rest of the log is off.
+        self.access = False
 
     @property
     def json(self) -> bool:
@@ -73,7 +75,7 @@ class GoLogger:
 
         The keyword arguments show only in JSON mode; text lines stay exactly webhook's.
         """
-        if not self.enabled:
+        if not self.enabled and not (self.access and event == "access"):
             return
         if self.json:
             entry: dict[str, Any] = {"time": rfc3339_now(), "level": level or _level_of(message)}

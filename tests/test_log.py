@@ -72,3 +72,14 @@ def test_disabled_logger_writes_nothing() -> None:
     log.output("x")
     log.raw("y")
     assert stream.getvalue() == ""
+
+
+def test_access_only_writes_just_the_access_entries() -> None:
+    stream = io.StringIO()
+    log = GoLogger(stream, enabled=False)
+    log.access = True
+    log.request("ab12cd", "incoming HTTP POST request from 127.0.0.1:5555\n", event="incoming")
+    log.request("ab12cd", "200 | 0 B | 1ms | h | POST /hooks/a", event="access")
+    log.output("version 1 starting")
+    (line,) = stream.getvalue().splitlines()
+    assert TEXT_LINE.match(line).group(1) == "[ab12cd] 200 | 0 B | 1ms | h | POST /hooks/a"  # type: ignore[union-attr]

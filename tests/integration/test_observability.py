@@ -223,6 +223,8 @@ def test_every_json_log_line_parses(tmp_path: Path, servers: list[Server]) -> No
     output = next(e for e in entries if str(e["msg"]).startswith("command output: "))
     assert output["msg"] == "command output: line one\nline two \ufffd"
     assert output["request_id"] == by_event["triggered"][0]["request_id"]
+    assert (output["hook"], output["event"]) == ("out", "command_output")
+    assert [e["hook"] for e in by_event["command_finished"]] == ["out"]
     assert any(e["level"] == "error" and e["msg"] == "error occurred: exit status 2" for e in entries)
     (explanation,) = by_event["rule_explanation"]
     assert explanation["fields"] == {"clauses": [
@@ -253,6 +255,17 @@ def test_text_format_keeps_the_access_log_one_line(tmp_path: Path, servers: list
     http_request(server.port, "POST", "/hooks/a")
     assert wait_until(lambda: re.search(r"\] 200 \| 0 B \| \S+ \| 127\.0\.0\.1:\d+ \| POST /hooks/a\n", server.log))
     assert all(LOG_LINE.match(line) for line in server.log.splitlines() if line)
+
+
+def test_access_log_alone_without_verbose(tmp_path: Path, servers: list[Server]) -> None:
+    # upstream #695: one line per request, without the dozen lines of -verbose.
+    server = start(tmp_path, servers, [{"id": "a", "execute-command": "/bin/true"}], "-verbose=false", "-access-log")
+    http_request(server.port, "POST", "/hooks/a")
+    http_request(server.port, "GET", "/hooks/b")
+    assert wait_until(lambda: "GET /hooks/b\n" in server.log)
+    lines = server.log.splitlines()
+    assert all(re.match(r"^\[webhook\] [\d/: ]+ \[\w+\] \d{3} \| ", line) for line in lines), lines
+    assert [line.rsplit(" | ", 1)[1] for line in lines if "/hooks/" in line] == ["POST /hooks/a", "GET /hooks/b"]
 
 
 # --- why a rule failed ----------------------------------------------------------------------------------
