@@ -1,8 +1,5 @@
-"""Serving: gunicorn embedded in-process on an already-bound socket, with webhook's signals and TLS.
-
-One master preloads the app and the hooks (so start-up errors end the process before any fork), and one
-gthread worker serves every request, so there is one registry and reloads are seen by every request.
-"""
+"""Serving: gunicorn embedded in-process on an already-bound socket, with webhook's signals and TLS;
+one master preloads app and hooks, one gthread worker serves (see docs/operations.md for why)."""
 
 from __future__ import annotations
 
@@ -21,15 +18,14 @@ from typing import Any, Protocol
 # the interpreter's files may be out of reach, so they are loaded here, before the privileges go.
 import gunicorn.glogging  # noqa: F401
 import gunicorn.http.wsgi
-from gunicorn import util as gunicorn_util
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
-from gunicorn.http import errors as http_errors
 from gunicorn.workers.gthread import ThreadWorker
 
 from hookrunner import tls
 from hookrunner.config import Config
 from hookrunner.log import json_line, log, rfc3339_now
+from hookrunner.protocol import GoResponse, go_host_problem, go_parse_error, go_plain_error
 from hookrunner.watcher import HooksWatcher
 
 #: The WSGI environ key holding every request header in arrival order, as (UPPER-CASE NAME, value):
@@ -62,65 +58,6 @@ class Runner(Protocol):
 
 
 _HELD_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1}
-
-
-class _Quiet(gunicorn.http.wsgi.Response):
-    """gunicorn's response head as Go's net/http writes it: no `Server:` header, and `Connection:` only
-    where Go sends it (`close` on HTTP/1.1, `keep-alive` on HTTP/1.0; the protocol default is left out)."""
-
-    def default_headers(self) -> list[str]:
-        implicit = "Connection: keep-alive\r\n" if self.req.version >= (1, 1) else "Connection: close\r\n"
-        return [
-            line for line in super().default_headers() if not line.startswith("Server:") and line != implicit
-        ]
-
-
-# Go's httpguts.ValidHostHeader: the bytes a Host header may hold.
-_HOST_BYTES = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!$%&'()*+,-.:;=[]_~"
-)
-
-
-def go_plain_error(code: int, text: str, body: str | None = None) -> bytes:
-    """An answer net/http writes itself, before any handler runs: no Date, no length, then close."""
-    body = f"{code} {text}" if body is None else body
-    head = f"HTTP/1.1 {code} {text}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
-    return (head + body).encode("latin-1")
-
-
-def go_host_problem(version: tuple[int, int], method: str, headers: list[tuple[str, str]]) -> str:
-    """Why net/http would refuse this request's Host header, or "" when it would not."""
-    hosts = [value for name, value in headers if name.upper() == "HOST"]
-    if not hosts and version >= (1, 1) and method != "CONNECT":
-        return "missing required Host header"
-    if len(hosts) == 1 and not set(hosts[0]) <= _HOST_BYTES:
-        return "malformed Host header"
-    return ""
-
-
-def go_parse_error(exc: BaseException) -> bytes | None:
-    """What net/http answers to a request it cannot parse; None for errors that are not the client's."""
-    if isinstance(exc, (http_errors.InvalidResponseHeader, http_errors.InvalidResponseHeaderName)):
-        return None  # the application's fault: gunicorn's 500
-    if isinstance(exc, ssl.SSLError):
-        return b""  # Go only logs a TLS handshake error and closes the connection
-    if isinstance(exc, (http_errors.LimitRequestHeaders, http_errors.LimitRequestLine)):
-        return go_plain_error(431, "Request Header Fields Too Large")
-    if isinstance(exc, http_errors.InvalidHTTPVersion) and isinstance(exc.version, tuple):
-        return go_plain_error(505, "HTTP Version Not Supported: unsupported protocol version")
-    if isinstance(exc, http_errors.ExpectationFailed):
-        date = gunicorn_util.http_date()
-        return f"HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: {date}\r\n" \
-            "Content-Length: 0\r\n\r\n".encode("latin-1")
-    if isinstance(exc, http_errors.UnsupportedTransferCoding) or (
-        isinstance(exc, http_errors.InvalidHeader) and exc.hdr == "TRANSFER-ENCODING"
-    ):
-        return go_plain_error(501, "Not Implemented", "Unsupported transfer encoding")
-    if isinstance(exc, http_errors.InvalidHeaderName):
-        return go_plain_error(400, "Bad Request: invalid header name")
-    if isinstance(exc, http_errors.ParseException):
-        return go_plain_error(400, "Bad Request")
-    return None
 
 
 class _Context:
@@ -174,7 +111,7 @@ class HookWorker(ThreadWorker):
 
     def init_process(self) -> None:
         # Go's net/http sends no Server header; swap the response class in this process only.
-        gunicorn.http.wsgi.Response = _Quiet
+        gunicorn.http.wsgi.Response = GoResponse
         self._reloader = _Reloader(_ctx.registry)
         if self.age > 1:
             # A replacement worker starts from the master's start-up hooks; catch up with the files

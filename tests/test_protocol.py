@@ -1,0 +1,59 @@
+"""net/http's protocol answers, mapped from gunicorn's parse errors; Host checks."""
+
+from __future__ import annotations
+
+import ssl
+
+import pytest
+from gunicorn.http import errors as http_errors
+
+from hookrunner.protocol import go_host_problem, go_parse_error, go_plain_error
+
+
+def test_plain_error_is_net_https_layout() -> None:
+    assert go_plain_error(400, "Bad Request") == (
+        b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+        b"400 Bad Request"
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "method", "headers", "problem"),
+    [
+        ((1, 1), "GET", [], "missing required Host header"),
+        ((1, 1), "CONNECT", [], ""),
+        ((1, 0), "GET", [], ""),
+        ((1, 1), "GET", [("HOST", "")], ""),  # present but empty is allowed, as in Go
+        ((1, 1), "GET", [("HOST", "example.com:8080")], ""),
+        ((1, 1), "GET", [("HOST", "[::1]:9000")], ""),
+        ((1, 0), "GET", [("HOST", "a b")], "malformed Host header"),
+        ((1, 1), "GET", [("HOST", "a/b")], "malformed Host header"),
+    ],
+)
+def test_host_problems(version: tuple[int, int], method: str, headers: list[tuple[str, str]], problem: str) -> None:
+    assert go_host_problem(version, method, headers) == problem
+
+
+@pytest.mark.parametrize(
+    ("exc", "status_line"),
+    [
+        (http_errors.LimitRequestHeaders("too big"), b"HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+        (http_errors.LimitRequestLine(10, 5), b"HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+        (http_errors.InvalidHTTPVersion((2, 0)), b"HTTP/1.1 505 HTTP Version Not Supported: unsupported protocol"),
+        (http_errors.InvalidHTTPVersion("http/1.1"), b"HTTP/1.1 400 Bad Request\r\n"),
+        (http_errors.InvalidHeaderName("Bad Header"), b"HTTP/1.1 400 Bad Request: invalid header name\r\n"),
+        (http_errors.InvalidHeader("TRANSFER-ENCODING"), b"HTTP/1.1 501 Not Implemented\r\n"),
+        (http_errors.InvalidHeader("CONTENT-LENGTH"), b"HTTP/1.1 400 Bad Request\r\n"),
+        (http_errors.InvalidRequestLine("GARBAGE"), b"HTTP/1.1 400 Bad Request\r\n"),
+        (http_errors.ExpectationFailed("foo"), b"HTTP/1.1 417 Expectation Failed\r\n"),
+    ],
+)
+def test_client_errors_map_to_go_answers(exc: Exception, status_line: bytes) -> None:
+    answer = go_parse_error(exc)
+    assert answer is not None and answer.startswith(status_line)
+
+
+def test_server_side_errors_are_left_to_gunicorn() -> None:
+    assert go_parse_error(RuntimeError("app bug")) is None
+    assert go_parse_error(http_errors.InvalidResponseHeader("X-Bad")) is None
+    assert go_parse_error(ssl.SSLError("handshake")) == b""  # Go just closes
