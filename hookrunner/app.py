@@ -56,6 +56,8 @@ MSG_COMMAND_ERROR = (
     b"Error occurred while executing the hook's command. Please check your logs for more details."
 )
 TEXT_PLAIN = "text/plain; charset=utf-8"
+#: Where the server puts the request's headers as a list of (name, value), repeats included.
+HEADER_LIST_KEY = "hookrunner.header_list"
 GO_BUFFER_BEFORE_CHUNKING = 2048
 
 #: WSGI keys that are not request headers in Go's sense (Go moves Host and Transfer-Encoding out).
@@ -93,9 +95,15 @@ def answer(status: int, body: bytes, headers: dict[str, str], explicit_type: str
     if bodyless or len(body) > GO_BUFFER_BEFORE_CHUNKING:
         # Go knows the length only of a body that fits its 2 KiB buffer; a longer one goes out chunked.
         response.headers.pop("Content-Length", None)
+        response.automatically_set_content_length = False
     response.written_status = written_status
     response.written_headers = written_headers
     return response
+
+
+def go_method() -> str:
+    """The method as sent: Go keeps `post` distinct from `POST` (werkzeug upper-cases it)."""
+    return str(request.environ.get("REQUEST_METHOD", "GET"))
 
 
 def go_request_path(environ: dict[str, Any]) -> str:
@@ -199,20 +207,20 @@ class HookApp:
             return
         environ = request.environ
         uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path.rstrip("?")
-        size = response.content_length or 0
+        size = len(response.get_data())
         elapsed = time.perf_counter() - started
         log.request(
             rid,
             f"{response.status_code:03d} | {humanize_bytes(size)} | "
             f"{go_duration(elapsed)}"
-            f" | {request.host} | {request.method} {uri}",
+            f" | {request.environ.get('HTTP_HOST', '')} | {go_method()} {uri}",
             event="access",
             fields={
                 "status": response.status_code,
                 "bytes": size,
                 "duration_ms": round(elapsed * 1000, 3),
-                "host": request.host,
-                "method": request.method,
+                "host": request.environ.get("HTTP_HOST", ""),
+                "method": go_method(),
                 "uri": uri,
             },
         )
@@ -223,9 +231,10 @@ class HookApp:
         """Go's httputil.DumpRequest, each line prefixed `> [id] `, written straight to the log."""
         environ = request.environ
         uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path.rstrip("?")
-        lines = [f"{request.method} {uri} {environ.get('SERVER_PROTOCOL', 'HTTP/1.1')}"]
-        if not uri.startswith(("http://", "https://")) and request.host:
-            lines.append(f"Host: {request.host}")
+        lines = [f"{go_method()} {uri} {environ.get('SERVER_PROTOCOL', 'HTTP/1.1')}"]
+        host = request.environ.get("HTTP_HOST", "")
+        if not uri.startswith(("http://", "https://")) and host:
+            lines.append(f"Host: {host}")
         chunked = environ.get("HTTP_TRANSFER_ENCODING", "")
         if chunked:
             lines.append(f"Transfer-Encoding: {chunked}")
@@ -276,7 +285,7 @@ class HookApp:
         """`/metrics` (with -metrics) and `/healthz`: GET and HEAD only, each with a one-line access log."""
         started = time.perf_counter()
         rid = self.request_id()
-        if request.method not in ("GET", "HEAD"):
+        if go_method() not in ("GET", "HEAD"):
             response = answer(405, b"", {**self.global_headers, "Allow": "GET, HEAD"})
         elif kind == "metrics":
             assert self.metrics is not None
@@ -313,7 +322,7 @@ class HookApp:
         return response
 
     def handle(self, rid: str, hook_id: str) -> Answer:
-        method = request.method
+        method = go_method()
         log.request(rid, f"incoming HTTP {method} request from {self.remote_addr()}\n", event="incoming")
         hook = self.registry.match(hook_id)
         if hook is None:
@@ -457,6 +466,14 @@ class HookApp:
     def request_headers(environ: dict[str, Any]) -> dict[str, Any]:
         """The request's headers under Go's canonical names; Go keeps Host and Transfer-Encoding apart."""
         headers: dict[str, Any] = {}
+        header_list = environ.get(HEADER_LIST_KEY)
+        if header_list is not None:
+            # The server's own list keeps repeated headers apart: Go takes the first value of each.
+            for name, value in header_list:
+                key = canonical_header_key(name)
+                if key not in ("Host", "Transfer-Encoding"):
+                    headers.setdefault(key, value.encode("latin-1").decode("utf-8", "surrogateescape"))
+            return headers
         for key, value in environ.items():
             if key.startswith("HTTP_") and key not in _NOT_HEADERS:
                 # WSGI hands header bytes over as latin-1; Go keeps them as they came (UTF-8 or not).
@@ -474,7 +491,7 @@ class HookApp:
         headers: dict[str, Any] = self.request_headers(environ)
         req = Request(
             id=rid,
-            method=request.method,
+            method=go_method(),
             remote_addr=self.remote_addr(),
             content_type=content_type,
             headers=headers,
@@ -559,12 +576,8 @@ def create_app(config: Config, registry: HookRegistry, runner: CommandRunner) ->
     @app.before_request
     def dispatch() -> Answer:
         environ = request.environ
-        # Answers Go's server gives before any handler runs.
-        if environ.get("SERVER_PROTOCOL") == "HTTP/1.1" and not environ.get("HTTP_HOST"):
-            return answer(
-                400, b"400 Bad Request: missing required Host header", {"Connection": "close"}, TEXT_PLAIN
-            )
-        if (environ.get("RAW_URI") or environ.get("REQUEST_URI")) == "*" and request.method == "OPTIONS":
+        # An answer Go's server gives before any handler runs (the protocol layer gives the others).
+        if (environ.get("RAW_URI") or environ.get("REQUEST_URI")) == "*" and go_method() == "OPTIONS":
             return answer(0, b"", {})
         try:
             path = go_request_path(environ)

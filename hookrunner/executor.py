@@ -63,6 +63,20 @@ def go_errno_text(err: OSError) -> str:
     return text[:1].lower() + text[1:]
 
 
+def inherited_environment() -> dict[str, str]:
+    """The environment a command inherits: the server's own, as webhook passes it on.
+
+    Under a C locale Python sets LC_CTYPE=C.UTF-8 in its own environment at start-up (PEP 538 locale
+    coercion); webhook's commands never see that variable, so it is left out when it can only have
+    come from there (no LC_ALL, and LANG unset or C).
+    """
+    env = dict(os.environ)
+    coerced = env.get("LC_CTYPE") in ("C.UTF-8", "C.utf8", "UTF-8")
+    if coerced and not env.get("LC_ALL") and env.get("LANG", "C") in ("", "C", "POSIX"):
+        del env["LC_CTYPE"]
+    return env
+
+
 def _check_executable(path: str) -> None:
     try:
         info = os.stat(path)
@@ -215,7 +229,7 @@ class CommandRunner:
             files.append(name)
             envs.append(f"{envname}={name}")
 
-        env = dict(os.environ)
+        env = inherited_environment()
         for entry in envs:
             key, _, value = entry.partition("=")
             env[key] = value

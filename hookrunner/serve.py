@@ -23,6 +23,7 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.workers.gthread import ThreadWorker
 
 from hookrunner import tls
+from hookrunner.app import HEADER_LIST_KEY
 from hookrunner.config import Config
 from hookrunner.log import json_line, log, rfc3339_now
 from hookrunner.protocol import GoResponse, go_host_problem, go_parse_error, go_plain_error
@@ -30,7 +31,6 @@ from hookrunner.watcher import HooksWatcher
 
 #: The WSGI environ key holding every request header in arrival order, as (UPPER-CASE NAME, value):
 #: WSGI joins repeated headers with commas, while webhook uses the first value of each.
-HEADER_LIST_KEY = "hookrunner.header_list"
 
 #: How long SIGTERM/SIGINT waits for running requests and commands before killing them.
 SHUTDOWN_GRACE = 25.0

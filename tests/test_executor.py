@@ -204,3 +204,21 @@ def test_global_timeout_applies_when_the_hook_sets_none(tmp_path: Path) -> None:
     runner = CommandRunner(command_timeout=0.2, kill_grace=0.2)
     result = runner.run(Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "5"),)), request())
     assert result.error == "command timed out after 0.2s (signal: terminated)"
+
+
+def test_python_locale_coercion_does_not_leak_into_commands(tmp_path: Path) -> None:
+    # Start a real hookrunner-like interpreter under the C locale and look at what its command gets.
+    import subprocess
+
+    code = (
+        "from hookrunner.executor import inherited_environment; import os;"
+        "print(os.environ.get('LC_CTYPE'), inherited_environment().get('LC_CTYPE'))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k != "LANG"}
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "LANG": "C"}, capture_output=True, text=True)
+    coerced, passed_on = out.stdout.split()
+    assert passed_on == "None"
+    explicit = subprocess.run(
+        [sys.executable, "-c", code], env={**env, "LANG": "en_US.UTF-8", "LC_CTYPE": "C.UTF-8"}, capture_output=True, text=True
+    )
+    assert explicit.stdout.split() == ["C.UTF-8", "C.UTF-8"]  # a locale the user chose is kept
