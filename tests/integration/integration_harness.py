@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,6 +175,8 @@ def http_request(
 
 # ---------------------------------------------------------------------------------------------- logs
 
+COMMAND_DONE = re.compile(r"^(finished handling |error in )")
+ACCESS_LINE_START = re.compile(r"^\d{3} \| ")
 LOG_PREFIX = re.compile(rb"^\[webhook\] \d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} ")
 REQUEST_ID = re.compile(r"^\[([^\]]+)\] ")
 
@@ -216,7 +219,7 @@ class Server:
     log_path: Path
     workdir: Path
     record_path: Path
-    command_wait_failures: int = 0
+    wait_failures: dict[str, int] = field(default_factory=dict)
 
     def log_bytes(self) -> bytes:
         return self.log_path.read_bytes()
@@ -249,14 +252,24 @@ class Server:
         entries = mine()
         triggered = any(e.message.endswith("hook triggered successfully") for e in entries if e.request_id)
         if triggered:
-            limit = 5.0 if self.command_wait_failures < 2 else 0.3
-            deadline = time.monotonic() + limit
-            while not any(e.message.startswith(("finished handling", "error in ")) for e in entries):
-                if time.monotonic() > deadline:
-                    self.command_wait_failures += 1
-                    break
-                time.sleep(0.02)
-                entries = mine()
+            entries = self._wait_for(mine, COMMAND_DONE, "command")
+        # The access line is written once the answer is out, so the client may be faster than it.
+        return self._wait_for(mine, ACCESS_LINE_START, "access")
+
+    def _wait_for(
+        self, read: Callable[[], list[LogEntry]], pattern: re.Pattern[str], kind: str
+    ) -> list[LogEntry]:
+        """Re-read the log until an entry matches `pattern`, bounded; a server that never writes such a
+        line costs the full wait only twice."""
+        limit = 5.0 if self.wait_failures.get(kind, 0) < 2 else 0.2
+        deadline = time.monotonic() + limit
+        entries = read()
+        while not any(pattern.search(e.message) for e in entries):
+            if time.monotonic() > deadline:
+                self.wait_failures[kind] = self.wait_failures.get(kind, 0) + 1
+                break
+            time.sleep(0.02)
+            entries = read()
         return entries
 
     def stop(self) -> None:
