@@ -26,13 +26,13 @@ from hookrunner.errors import (
 )
 from hookrunner.executor import CommandRunner
 from hookrunner.explain import explain, explanation_text
+from hookrunner.gostrconv import quote as go_quote
 from hookrunner.hooks import Hook, HookRegistry
 from hookrunner.log import log
 from hookrunner.params import (
     ReplacePanicError,
     argument_value,
     decode_json_map,
-    go_quote,
     replace_parameter,
 )
 from hookrunner.request import (

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 from hookrunner import metrics
 from hookrunner.errors import ArgumentError, HookrunnerError
+from hookrunner.gostrconv import quote as go_quote
 from hookrunner.hooks import Argument, Hook
 from hookrunner.log import log
-from hookrunner.params import argument_value, go_quote
+from hookrunner.params import argument_value
 from hookrunner.request import Request
 from hookrunner.scheduler import Scheduler
 

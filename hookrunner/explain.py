@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hookrunner.errors import HookrunnerError, ParameterNodeError, SignatureError
-from hookrunner.params import argument_value, go_quote
+from hookrunner.gostrconv import quote as go_quote
+from hookrunner.params import argument_value
 from hookrunner.request import Request
 from hookrunner.rules import (
     MATCH_HASH_SHA1,

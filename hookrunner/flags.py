@@ -8,6 +8,8 @@ from typing import Any
 
 from hookrunner.config import Config, Header
 from hookrunner.errors import UsageError
+from hookrunner.gostrconv import quote as go_quote
+from hookrunner.gostrconv import underscores_ok
 
 PROGRAM = "hookrunner"
 
@@ -153,12 +155,6 @@ FLAGS: tuple[Flag, ...] = (
 _BY_NAME = {flag.name: flag for flag in FLAGS}
 
 
-def go_quote(text: str) -> str:
-    """Go's %q for the plain strings flag defaults are made of."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
-    return f'"{escaped}"'
-
-
 def usage_text(program: str = PROGRAM, extensions: bool = True) -> str:
     """`Usage of <program>:` and every flag, sorted, in the layout of Go's flag.PrintDefaults.
 
@@ -182,33 +178,6 @@ def _digits_ok(body: str, base: int) -> bool:
     return bool(body) and all(ch in allowed for ch in body.lower())
 
 
-def _underscores_ok(text: str) -> bool:
-    """Go's strconv.underscoreOK: an underscore only between digits, or right after a base prefix."""
-    saw = "^"
-    i = 0
-    if text and text[0] in "+-":
-        text = text[1:]
-    hex_digits = False
-    if len(text) >= 2 and text[0] == "0" and text[1].lower() in "bxo":
-        i = 2
-        saw = "0"
-        hex_digits = text[1].lower() == "x"
-    while i < len(text):
-        ch = text[i]
-        if ch.isdigit() or (hex_digits and ch.lower() in "abcdef"):
-            saw = "0"
-        elif ch == "_":
-            if saw != "0":
-                return False
-            saw = "_"
-        else:
-            if saw == "_":
-                return False
-            saw = "!"
-        i += 1
-    return saw != "_"
-
-
 def parse_go_int(text: str) -> int:
     """strconv.ParseInt(text, 0, 64): sign, 0x/0o/0b or leading-0 octal prefixes, Go's underscore rules."""
     body = text
@@ -224,7 +193,7 @@ def parse_go_int(text: str) -> int:
         base = 8
         body = body[1:] or "0"
     underscored = "_" in body
-    if underscored and not _underscores_ok(text):
+    if underscored and not underscores_ok(text):
         raise FlagValueError("parse error")
     body = body.replace("_", "")
     if not _digits_ok(body, base):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import os
 import posixpath
-import unicodedata
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +14,10 @@ from decimal import Decimal
 from typing import Any, NoReturn
 
 from hookrunner.errors import TemplateError
+from hookrunner.gostrconv import is_print as _is_print
+from hookrunner.gostrconv import quote as go_quote
+from hookrunner.gostrconv import quote_rune as _quote_rune
+from hookrunner.gostrconv import underscores_ok as _underscores_ok
 
 __all__ = [
     "Template",
@@ -29,48 +32,6 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------------------------------
 # Go string helpers shared by the lexer, the parser's messages and fmt.
-
-
-def _is_print(ch: str) -> bool:
-    # Go's unicode.IsPrint: letters, marks, numbers, punctuation, symbols and the ASCII space.
-    return ch == " " or unicodedata.category(ch)[0] in "LMNPS"
-
-
-def _quote_with(s: str, quote: str, ascii_only: bool) -> str:
-    out = [quote]
-    for ch in s:
-        code = ord(ch)
-        if ch == quote or ch == "\\":
-            out.append("\\" + ch)
-        elif 0xDC80 <= code <= 0xDCFF:
-            # A byte that was not valid UTF-8 (kept through surrogateescape): Go writes it as \xNN.
-            out.append(f"\\x{code - 0xDC00:02x}")
-        elif (code < 0x80 or not ascii_only) and _is_print(ch):
-            out.append(ch)
-        elif ch in _CONTROL_ESCAPES:
-            out.append(_CONTROL_ESCAPES[ch])
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append(quote)
-    return "".join(out)
-
-
-_CONTROL_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
-
-
-def go_quote(s: str, ascii_only: bool = False) -> str:
-    """strconv.Quote (or QuoteToASCII): a double-quoted Go string literal."""
-    return _quote_with(s, '"', ascii_only)
-
-
-def _quote_rune(code: int, ascii_only: bool = False) -> str:
-    if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
-        code = 0xFFFD
-    return _quote_with(chr(code), "'", ascii_only)
 
 
 def _can_backquote(s: str) -> bool:
@@ -926,30 +887,6 @@ def _parse_go_int(text: str, signed: bool) -> int | None:
     if not signed and value >= 2**64:
         return None
     return value
-
-
-def _underscores_ok(s: str) -> bool:
-    """Go's rule for base-0 literals: an underscore must sit between digits (a base prefix counts as one)."""
-    if "_" not in s:
-        return True
-    body = s.lstrip("+-")
-    saw = "^"
-    i = 0
-    if len(body) >= 2 and body[0] == "0" and body[1] in "xXoObB":
-        saw, i = "0", 2
-    hexdigits = len(body) >= 2 and body[1] in "xX"
-    for ch in body[i:]:
-        if ch.isdigit() or (hexdigits and ch in "abcdefABCDEF"):
-            saw = "0"
-        elif ch == "_":
-            if saw != "0":
-                return False
-            saw = "_"
-        else:
-            if saw == "_":
-                return False
-            saw = "!"
-    return saw != "_"
 
 
 def _parse_go_float(text: str) -> float | None:

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from hookrunner.errors import HookrunnerError, ParameterNodeError
+from hookrunner.gostrconv import quote as go_quote
 from hookrunner.hooks import Argument
 from hookrunner.request import Request, canonical_header_key
 
@@ -96,31 +97,6 @@ def _quote_char(c: int) -> str:
     return "'" + go_quote(chr(c))[1:-1] + "'"
 
 
-def go_quote(s: str) -> str:
-    """Go's strconv.Quote (as `%q` prints a string)."""
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif 0xD800 <= o <= 0xDFFF:
-            # An undecodable byte kept as a surrogate escape: Go prints the byte as \xNN.
-            out.append(f"\\x{o - 0xDC00:02x}" if 0xDC80 <= o <= 0xDCFF else "\\ufffd")
-        elif ch.isprintable():
-            out.append(ch)
-        elif ch in _QUOTE_ESCAPES:
-            out.append(_QUOTE_ESCAPES[ch])
-        elif o < 0x20 or o == 0x7F:
-            out.append(f"\\x{o:02x}")
-        elif o < 0x10000:
-            out.append(f"\\u{o:04x}")
-        else:
-            out.append(f"\\U{o:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-_QUOTE_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
 _HEX = b"0123456789abcdefABCDEF"
 _SIMPLE_ESCAPES = {
     0x22: '"', 0x5C: "\\", 0x2F: "/", 0x62: "\b", 0x66: "\f", 0x6E: "\n", 0x72: "\r", 0x74: "\t",
