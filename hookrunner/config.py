@@ -47,6 +47,10 @@ class Config:
     command_timeout: float = 0.0
     max_concurrent_commands: int = 0
     max_body_size: int = 25 << 20
+    shutdown_timeout: float = 25.0
+    read_timeout: float = 30.0
+    validate: bool = False
+    trusted_proxies: tuple[str, ...] = ()
     # Observability (docs/observability.md): off, and webhook's own log lines, by default.
     metrics: bool = False
     log_format: str = "text"

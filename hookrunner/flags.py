@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hookrunner.config import Config, Header
 from hookrunner.errors import UsageError
+from hookrunner.godecode import parse_go_duration
 from hookrunner.gostrconv import quote as go_quote
 from hookrunner.gostrconv import underscores_ok
 
@@ -30,7 +33,9 @@ class Flag:
     """One command-line flag. `kind` picks the parser and the type word shown in the usage text."""
 
     name: str
-    kind: str  # "bool", "string", "int", "list" (repeatable string) or "header" (repeatable name=value)
+    # "bool", "string", "int", "list" (repeatable string), "header" (repeatable name=value), and for
+    # hookrunner's own flags "duration" (Go's flag.Duration), "size" (bytes, 25MiB) and "cidrs".
+    kind: str
     usage: str
     field: str
     default: Any = None
@@ -41,14 +46,27 @@ class Flag:
     @property
     def type_word(self) -> str:
         # Go's flag.UnquoteUsage: bools show nothing, flag.Var values show "value", int64 shows "int".
-        return {"bool": "", "string": "string", "int": "int", "list": "value", "header": "value"}[self.kind]
+        return {
+            "bool": "",
+            "string": "string",
+            "int": "int",
+            "list": "value",
+            "header": "value",
+            "duration": "duration",
+            "size": "size",
+            "cidrs": "cidrs",
+        }[self.kind]
 
     def default_text(self) -> str:
         """The ` (default ...)` suffix, left out for a zero value as Go leaves it out."""
-        if self.kind in ("bool", "list", "header") or not self.default:
+        if self.kind in ("bool", "list", "header", "cidrs") or not self.default:
             return ""
         if self.kind == "string":
             return f" (default {go_quote(self.default)})"
+        if self.kind == "duration":
+            return f" (default {go_duration_text(self.default)})"
+        if self.kind == "size":
+            return f" (default {size_text(self.default)})"
         return f" (default {self.default})"
 
 
@@ -61,6 +79,15 @@ FLAGS: tuple[Flag, ...] = (
         extension=True,
     ),
     Flag("cert", "string", "path to the HTTPS certificate pem file", "cert", "cert.pem"),
+    Flag(
+        "command-timeout",
+        "duration",
+        "stop a hook's command (its whole process group) after this long, e.g. 10m; "
+        "a hook's command-timeout wins; 0 means no limit",
+        "command_timeout",
+        0.0,
+        extension=True,
+    ),
     Flag("cipher-suites", "string", "comma-separated list of supported TLS cipher suites", "cipher_suites"),
     Flag("debug", "bool", "show debug output", "debug"),
     Flag(
@@ -99,6 +126,23 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("logfile", "string", "send log output to a file; implicitly enables verbose logging", "logfile", ""),
     Flag(
+        "max-body-size",
+        "size",
+        "largest request body accepted, in bytes or with a unit (25MiB, 512KiB, 1GB); "
+        "a larger one is answered 413 and runs nothing; 0 means no limit",
+        "max_body_size",
+        25 << 20,
+        extension=True,
+    ),
+    Flag(
+        "max-concurrent-commands",
+        "int",
+        "most hook commands running at once, all hooks together; the others wait; 0 means no limit",
+        "max_concurrent_commands",
+        0,
+        extension=True,
+    ),
+    Flag(
         "max-multipart-mem",
         "int",
         "maximum memory in bytes for parsing multipart form data before disk caching",
@@ -120,9 +164,27 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("pidfile", "string", "create PID file at the given path", "pidfile", ""),
     Flag("port", "int", "port the webhook should serve hooks on", "port", 9000),
+    Flag(
+        "read-timeout",
+        "duration",
+        "close a connection whose request (headers and body) is not received within this long; "
+        "0 means no limit",
+        "read_timeout",
+        30.0,
+        extension=True,
+    ),
     Flag("secure", "bool", "use HTTPS instead of HTTP", "secure"),
     Flag("setgid", "int", "set group ID after opening listening port; must be used with setuid", "setgid", 0),
     Flag("setuid", "int", "set user ID after opening listening port; must be used with setgid", "setuid", 0),
+    Flag(
+        "shutdown-timeout",
+        "duration",
+        "on SIGTERM or SIGINT, how long to wait for requests and commands still running "
+        "before killing the commands' process groups",
+        "shutdown_timeout",
+        25.0,
+        extension=True,
+    ),
     Flag(
         "socket",
         "string",
@@ -134,11 +196,27 @@ FLAGS: tuple[Flag, ...] = (
     Flag("template", "bool", "parse hooks file as a Go template", "template"),
     Flag("tls-min-version", "string", "minimum TLS version (1.0, 1.1, 1.2, 1.3)", "tls_min_version", "1.2"),
     Flag(
+        "trusted-proxies",
+        "cidrs",
+        "comma-separated addresses or CIDRs of reverse proxies whose X-Forwarded-For is believed for "
+        "ip-whitelist and the request remote-addr; repeatable",
+        "trusted_proxies",
+        extension=True,
+    ),
+    Flag(
         "urlprefix",
         "string",
         "url prefix to use for served hooks (protocol://yourserver:port/PREFIX/:hook-id)",
         "urlprefix",
         "hooks",
+    ),
+    Flag(
+        "validate",
+        "bool",
+        "check the hooks files (with -template, as templates) and report every problem, then exit "
+        "0 if there is none, 1 otherwise, without serving",
+        "validate",
+        extension=True,
     ),
     Flag("verbose", "bool", "show verbose output", "verbose"),
     Flag("version", "bool", "display webhook version and quit", "version"),
@@ -213,6 +291,88 @@ def parse_go_bool(text: str) -> bool:
     raise FlagValueError("parse error")
 
 
+def go_duration_text(seconds: float) -> str:
+    """Go's time.Duration.String(): `25s`, `1m30s`, `1h0m0s`, `1.5s`, `250ms`, `0s`."""
+    ns = round(seconds * 1e9)
+    sign = "-" if ns < 0 else ""
+    ns = abs(ns)
+    if ns == 0:
+        return "0s"
+    if ns < 1_000_000_000:
+        for unit, scale in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
+            if ns >= scale:
+                whole, frac = divmod(ns, scale)
+                digits = f"{frac:0{len(str(scale)) - 1}d}".rstrip("0") if scale > 1 else ""
+                return f"{sign}{whole}{'.' + digits if digits else ''}{unit}"
+    whole_seconds, frac = divmod(ns, 1_000_000_000)
+    digits = f"{frac:09d}".rstrip("0")
+    hours, rest = divmod(whole_seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{secs}{'.' + digits if digits else ''}s"
+    if hours:
+        return f"{sign}{hours}h{minutes}m{text}"
+    if minutes:
+        return f"{sign}{minutes}m{text}"
+    return sign + text
+
+
+def parse_duration_flag(text: str) -> float:
+    """A Go duration (`30s`, `5m`, `1h30m`) as seconds; hookrunner's duration flags are never negative."""
+    try:
+        seconds = parse_go_duration(text)
+    except ValueError as err:
+        raise FlagValueError("parse error") from err
+    if seconds < 0:
+        raise FlagValueError("must not be negative")
+    return seconds
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1 << 10, "kib": 1 << 10, "kb": 1000,
+    "m": 1 << 20, "mib": 1 << 20, "mb": 1000**2,
+    "g": 1 << 30, "gib": 1 << 30, "gb": 1000**3,
+}
+_SIZE = re.compile(r"([0-9]+)\s*([a-zA-Z]*)")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from `26214400`, `25MiB`, `512KiB`, `1GB` (KB/MB/GB are powers of 1000, the others of 1024)."""
+    try:
+        value = parse_go_int(text)  # a plain number, as an int flag takes it
+    except FlagValueError:
+        match = _SIZE.fullmatch(text.strip())
+        if match is None or match.group(2).lower() not in _SIZE_UNITS:
+            raise
+        value = int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    if value < 0:
+        raise FlagValueError("must not be negative")
+    if value > _INT64_MAX:
+        raise FlagValueError("value out of range")
+    return value
+
+
+def size_text(size: int) -> str:
+    """The shortest exact binary-unit spelling of a size: 26214400 -> `25MiB`."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size and size % scale == 0:
+            return f"{size // scale}{unit}"
+    return str(size)
+
+
+def parse_cidrs(text: str) -> list[str]:
+    """Addresses or networks separated by commas or spaces; a bare address is a network of one."""
+    networks = []
+    for item in re.split(r"[\s,]+", text.strip()):
+        if not item:
+            continue
+        try:
+            networks.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise FlagValueError(f"{item} is not an IP address or CIDR") from None
+    return networks
+
+
 def _fail(message: str, program: str) -> UsageError:
     return UsageError(f"{message}\n{usage_text(program)}", exit_code=2)
 
@@ -226,6 +386,7 @@ def parse_args(argv: Sequence[str], program: str = PROGRAM) -> Config:
     values: dict[str, Any] = {}
     hooks: list[str] = []
     headers: list[Header] = []
+    proxies: list[str] = []
     args = list(argv)
     while args:
         arg = args[0]
@@ -266,6 +427,12 @@ def parse_args(argv: Sequence[str], program: str = PROGRAM) -> Config:
                 values[flag.field] = parse_go_int(value)
             elif flag.kind == "list":
                 hooks.append(value)
+            elif flag.kind == "duration":
+                values[flag.field] = parse_duration_flag(value)
+            elif flag.kind == "size":
+                values[flag.field] = parse_size(value)
+            elif flag.kind == "cidrs":
+                proxies.extend(parse_cidrs(value))
             elif flag.kind == "header":
                 header_name, sep, header_value = value.partition("=")
                 if not sep:
@@ -277,4 +444,4 @@ def parse_args(argv: Sequence[str], program: str = PROGRAM) -> Config:
                 values[flag.field] = value
         except FlagValueError as err:
             raise _fail(f"invalid value {go_quote(value)} for flag -{name}: {err}", program) from None
-    return Config(**values, hooks=tuple(hooks), headers=tuple(headers))
+    return Config(**values, hooks=tuple(hooks), headers=tuple(headers), trusted_proxies=tuple(proxies))
