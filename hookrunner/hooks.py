@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,36 +92,15 @@ class Hook:
 
 # --- decoding a hooks file the way webhook's YAML -> JSON -> struct decoding does -------------------------
 
-_HOOK_FIELDS = {
-    "id": "string",
-    "execute-command": "string",
-    "command-working-directory": "string",
-    "response-message": "string",
-    "response-headers": "headers",
-    "include-command-output-in-response": "bool",
-    "include-command-output-in-response-on-error": "bool",
-    "pass-environment-to-command": "arguments",
-    "pass-arguments-to-command": "arguments",
-    "pass-file-to-command": "arguments",
-    "parse-parameters-as-json": "arguments",
-    "trigger-rule": "rule",
-    "trigger-rule-mismatch-http-response-code": "int",
-    "trigger-signature-soft-failures": "bool",
-    "incoming-payload-content-type": "string",
-    "success-http-response-code": "int",
-    "http-methods": "strings",
-    # hookrunner extensions (docs/limits.md)
-    "command-timeout": "duration",
-    "max-concurrency": "int",
-    "max-queue": "int",
-    "coalesce": "bool",
-    "retry-after": "int",
-}
-_ARGUMENT_FIELDS = {"source": "string", "name": "string", "envname": "string", "base64decode": "bool"}
-_HEADER_FIELDS = {"name": "string", "value": "string"}
+# Each field: its key in the file, the Hook attribute, and how Go decodes it (value, "Struct.key" for errors).
+_HOOK_FIELDS: dict[str, tuple[str, Callable[[Any, str], Any]]] = {}  # filled below, once the decoders exist
+#: hookrunner's own keys for a hook's Limits (docs/limits.md); the reference ignores them.
+_LIMIT_FIELDS = ("max-concurrency", "max-queue", "coalesce", "retry-after")
+_ARGUMENT_FIELDS = ("source", "name", "envname", "base64decode")
+_HEADER_FIELDS = ("name", "value")
 
 
-def _known(data: Any, spec: dict[str, str], where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _known(data: Any, spec: Sequence[str], where: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The fields encoding/json would fill (exact name, else ignoring case; a later key wins) and the rest."""
     if not isinstance(data, dict):
         raise HooksFileError(f"json: cannot unmarshal {json_kind(data)} into Go value of type {where}")
@@ -211,53 +190,41 @@ def _limits(known: dict[str, Any], where: str) -> Limits:
     return limits
 
 
+def _rule(value: Any, where: str) -> Any:
+    from hookrunner.rules import parse_rule  # rules imports this module's Argument
+
+    return parse_rule(value)
+
+
+_HOOK_FIELDS.update(
+    {
+        "id": ("id", go_string),
+        "execute-command": ("execute_command", go_string),
+        "command-working-directory": ("command_working_directory", go_string),
+        "response-message": ("response_message", go_string),
+        "response-headers": ("response_headers", _headers),
+        "include-command-output-in-response": ("capture_output", go_bool),
+        "include-command-output-in-response-on-error": ("capture_output_on_error", go_bool),
+        "pass-environment-to-command": ("pass_environment", _arguments),
+        "pass-arguments-to-command": ("pass_arguments", _arguments),
+        "pass-file-to-command": ("pass_file", _arguments),
+        "parse-parameters-as-json": ("json_parameters", _arguments),
+        "trigger-rule": ("trigger_rule", _rule),
+        "trigger-rule-mismatch-http-response-code": ("mismatch_status", go_int),
+        "trigger-signature-soft-failures": ("signature_soft_failures", go_bool),
+        "incoming-payload-content-type": ("incoming_payload_content_type", go_string),
+        "success-http-response-code": ("success_status", go_int),
+        "http-methods": ("http_methods", _strings),
+        "command-timeout": ("command_timeout", _go_duration_field),  # hookrunner's own
+    }
+)
+
+
 def decode_hook(data: Any) -> Hook:
     """One Hook from one decoded list entry; raises HooksFileError where Go's decoding fails."""
-    from hookrunner.rules import parse_rule
-
-    known, extra = _known(data, _HOOK_FIELDS, "hook.Hook")
-    where = "Hook."
-    rule_data = known.get("trigger-rule")
-    return Hook(
-        id=go_string(known.get("id"), where + "id"),
-        execute_command=go_string(known.get("execute-command"), where + "execute-command"),
-        command_working_directory=go_string(
-            known.get("command-working-directory"), where + "command-working-directory"
-        ),
-        response_message=go_string(known.get("response-message"), where + "response-message"),
-        response_headers=_headers(known.get("response-headers"), where + "response-headers"),
-        capture_output=go_bool(
-            known.get("include-command-output-in-response"), where + "include-command-output-in-response"
-        ),
-        capture_output_on_error=go_bool(
-            known.get("include-command-output-in-response-on-error"),
-            where + "include-command-output-in-response-on-error",
-        ),
-        pass_environment=_arguments(
-            known.get("pass-environment-to-command"), where + "pass-environment-to-command"
-        ),
-        pass_arguments=_arguments(
-            known.get("pass-arguments-to-command"), where + "pass-arguments-to-command"
-        ),
-        pass_file=_arguments(known.get("pass-file-to-command"), where + "pass-file-to-command"),
-        json_parameters=_arguments(known.get("parse-parameters-as-json"), where + "parse-parameters-as-json"),
-        trigger_rule=parse_rule(rule_data) if rule_data is not None else None,
-        mismatch_status=go_int(
-            known.get("trigger-rule-mismatch-http-response-code"),
-            where + "trigger-rule-mismatch-http-response-code",
-        ),
-        signature_soft_failures=go_bool(
-            known.get("trigger-signature-soft-failures"), where + "trigger-signature-soft-failures"
-        ),
-        incoming_payload_content_type=go_string(
-            known.get("incoming-payload-content-type"), where + "incoming-payload-content-type"
-        ),
-        success_status=go_int(known.get("success-http-response-code"), where + "success-http-response-code"),
-        http_methods=_strings(known.get("http-methods"), where + "http-methods"),
-        command_timeout=_go_duration_field(known.get("command-timeout"), where + "command-timeout"),
-        limits=_limits(known, where),
-        extra=extra,
-    )
+    known, extra = _known(data, (*_HOOK_FIELDS, *_LIMIT_FIELDS), "hook.Hook")
+    values = {attr: decode(known.get(key), f"Hook.{key}") for key, (attr, decode) in _HOOK_FIELDS.items()}
+    return Hook(**values, limits=_limits(known, "Hook."), extra=extra)
 
 
 def parse_hooks(text: str) -> list[Hook]:
