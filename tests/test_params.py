@@ -7,6 +7,7 @@ plus the reference's log lines.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -14,12 +15,15 @@ import pytest
 from hookrunner.errors import ParameterNodeError
 from hookrunner.hooks import Argument
 from hookrunner.params import (
+    _UNCERTAIN,
     GoJSONError,
     JSONNumber,
     NilMap,
     NoParametersError,
     ReplacePanicError,
     ValueRetrievalError,
+    _Decoder,
+    _loads_fast,
     argument_value,
     decode_json_map,
     get_parameter,
@@ -370,3 +374,123 @@ def test_argument_value_missing_names() -> None:
         argument_value(Argument("url", "missing"), req)
     with pytest.raises(NoParametersError):
         argument_value(Argument("payload", "n.x"), req)
+
+
+# --- the C fast path agrees with the exact decoder (params._loads_fast) ---
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal with the same types all the way down (JSONNumber is not str) and the same key order."""
+    pending = [(a, b)]  # a loop, not recursion: the cases nest deeper than Python's recursion limit
+    while pending:
+        x, y = pending.pop()
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, dict):
+            if list(x) != list(y):
+                return False
+            pending += [(x[k], y[k]) for k in x]
+        elif isinstance(x, list):
+            if len(x) != len(y):
+                return False
+            pending += list(zip(x, y, strict=True))
+        elif x != y:
+            return False
+    return True
+
+
+_FUZZ_STRINGS = ["", "x", "é", "\u2028", "\U0001f600", "a\\b", 'q"q', "\x00\x1f", "/", "\ufeff", "\ufffd"]
+_FUZZ_NUMBERS = ["0", "-0", "1", "-12", "1.50", "-0.0e-5", "1E+2", "2e-3", "12345678901234567890123" * 3]
+_FUZZ_PIECES = [
+    b"\\", b'"', b"\\u", b"\\ud800", b"\\udc00", b"\\ud83d\\ude00", b"\\u00e9", b"\\/", b"\\x", b"\xff",
+    b"\xed\xa0\x80", b"\xc3", b"\xef\xbb\xbf", b"NaN", b"Infinity", b"-Infinity", b"\x00", b"\t", b" ",
+    b"\x0b", b"{", b"}", b"[", b"]", b",", b":", b"01", b"1.", b"1e", b"-", b"true", b"nul", b"\n",
+]
+
+
+def _fuzz_value(rng: Any, depth: int) -> str:
+    kind = rng.randrange(7 if depth < 4 else 4)
+    if kind == 0:
+        return json.dumps(rng.choice(_FUZZ_STRINGS) * rng.randrange(1, 3), ensure_ascii=rng.random() < 0.3)
+    if kind == 1:
+        return rng.choice(_FUZZ_NUMBERS)
+    if kind == 2:
+        return rng.choice(["true", "false", "null"])
+    if kind == 3:
+        return json.dumps(rng.choice(_FUZZ_STRINGS), ensure_ascii=False)
+    space = rng.choice(["", " ", "\n\t", "\r\n  "])
+    items = [_fuzz_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    if kind == 4:
+        return "[" + space + ("," + space).join(items) + "]"
+    keys = [json.dumps(rng.choice(_FUZZ_STRINGS + ["a", "a", "b"]), ensure_ascii=False) for _ in items]
+    return "{" + space + ",".join(f"{k}{space}:{v}" for k, v in zip(keys, items, strict=True)) + "}"
+
+
+def _fuzz_inputs(count: int) -> list[bytes]:
+    import random
+
+    rng = random.Random(20261122)
+    inputs = []
+    for _ in range(count):
+        text = rng.choice(["", " ", "\n"]) + _fuzz_value(rng, 0) + rng.choice(["", " \n", "x"])
+        data = bytearray(text.encode("utf-8", "surrogatepass"))
+        for _ in range(rng.choice([0, 0, 1, 2, 3])):  # mutations: insert, delete, replace, cut
+            at = rng.randrange(len(data) + 1)
+            action = rng.randrange(4)
+            if action == 0:
+                data[at:at] = rng.choice(_FUZZ_PIECES)
+            elif action == 1:
+                del data[at : at + rng.randrange(1, 3)]
+            elif action == 2:
+                data[at : at + 1] = rng.choice(_FUZZ_PIECES)
+            else:
+                del data[at:]
+        inputs.append(bytes(data))
+    return inputs
+
+
+def _exact(data: bytes) -> tuple[bool, Any]:
+    try:
+        return True, _Decoder(data).decode()
+    except GoJSONError as exc:
+        return False, str(exc)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [d for d, _ in DECODE_CASES]
+    + [
+        b"", b" ", b"NaN", b"[NaN]", b"-Infinity", b'"\\ud800"', b'"\\\\ud800"', b'"\\uDBFF\\uDFFF"',
+        b"\xef\xbb\xbf{}", b'{"a":1} ', b'{"a":1} x', b"01", b"1.", b"-", b'"\x01"', b'"\xed\xa0\x80"',
+        b"[" * 2000 + b"]" * 2000, b'{"a":' * 1500 + b"1" + b"}" * 1500, b'"' + "é\U0001f600".encode() + b'"',
+        b"1" * 5000, b"\x0b1",
+    ],
+)
+def test_fast_path_agrees_with_exact_decoder_on_edge_cases(data: bytes) -> None:
+    ok, exact = _exact(data)
+    fast = _loads_fast(data)
+    if fast is not _UNCERTAIN:
+        assert ok and _same(fast, exact)
+    if ok:
+        assert _same(loads_json(data), exact)
+    else:
+        with pytest.raises(GoJSONError) as caught:
+            loads_json(data)
+        assert str(caught.value) == exact
+
+
+def test_fast_path_agrees_with_exact_decoder_on_generated_inputs() -> None:
+    answered = 0
+    for data in _fuzz_inputs(4000):
+        ok, exact = _exact(data)
+        fast = _loads_fast(data)
+        if fast is not _UNCERTAIN:
+            answered += 1
+            assert ok and _same(fast, exact), data
+        if ok:
+            assert _same(loads_json(data), exact), data
+        else:
+            with pytest.raises(GoJSONError) as caught:
+                loads_json(data)
+            assert str(caught.value) == exact, data
+    assert answered > 1000  # the fast path is actually exercised
