@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import concurrent.futures.thread  # noqa: F401 - loaded lazily by gunicorn; see the note below
 import logging
+import math
 import os
 import queue
 import signal
+import socket
 import ssl
 import threading
 import time
@@ -18,9 +20,12 @@ from typing import Any, Protocol
 # the interpreter's files may be out of reach, so they are loaded here, before the privileges go.
 import gunicorn.glogging  # noqa: F401
 import gunicorn.http.wsgi
+import gunicorn.workers.gthread
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.http.unreader import SocketUnreader
+from gunicorn.workers.gthread import TConn, ThreadWorker
+from werkzeug.exceptions import RequestTimeout
 
 from hookrunner import tls
 from hookrunner.app import HEADER_LIST_KEY
@@ -32,8 +37,6 @@ from hookrunner.watcher import HooksWatcher
 #: The WSGI environ key holding every request header in arrival order, as (UPPER-CASE NAME, value):
 #: WSGI joins repeated headers with commas, while webhook uses the first value of each.
 
-#: How long SIGTERM/SIGINT waits for running requests and commands before killing them.
-SHUTDOWN_GRACE = 25.0
 #: Threads of the worker: each request that captures a command's output holds one while it runs.
 THREADS = 64
 
@@ -71,6 +74,21 @@ class _Context:
 
 _ctx = _Context()
 
+#: Reload signals that arrived after start-up announced `os signal watcher ready` but before gunicorn's
+#: master installed its own handlers; the master replays them once it has.
+_early_reloads: list[int] = []
+
+
+def hold_reload_signals() -> None:
+    """From now on a SIGHUP or SIGUSR1 is kept and replayed once serving has started, never lost."""
+
+    def keep(signum: int, frame: object) -> None:
+        if len(_early_reloads) < 5:
+            _early_reloads.append(signum)
+
+    signal.signal(signal.SIGHUP, keep)
+    signal.signal(signal.SIGUSR1, keep)
+
 
 class _Reloader:
     """Reloads every hooks file on request, on its own thread: signal handlers only enqueue."""
@@ -104,6 +122,114 @@ def _start_watcher(registry: Registry) -> HooksWatcher:
     return watcher
 
 
+class ClientReadTimeout(RequestTimeout):
+    """The request was not fully received within -read-timeout (docs/limits.md, slow clients).
+
+    Raised from a socket read: while the head is read the worker closes the connection without an answer,
+    as net/http does; while the app reads the body it becomes a 408 that closes the connection.
+    """
+
+    def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        response = super().get_response(*args, **kwargs)
+        response.headers["Connection"] = "close"
+        return response
+
+
+class _DeadlineSocket:
+    """The socket as the request parser reads it: every read of one request shares one deadline.
+
+    A per-read timeout alone lets a client that sends a byte now and then hold a worker thread forever
+    (slowloris); the deadline counts from the first read of a request, so the whole request (head and
+    body) has `limit` seconds. Writes are not bounded: the socket is blocking again after each read.
+    """
+
+    def __init__(self, sock: socket.socket, limit: float, peer: Any) -> None:
+        self._sock = sock
+        self._limit = limit
+        self._peer = peer
+        self._caller_timeout: float | None = None  # what gunicorn's body drain asks for
+        self.deadline: float | None = None
+
+    def new_request(self) -> None:
+        self.deadline = None
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._caller_timeout = timeout
+
+    def gettimeout(self) -> float | None:
+        return self._caller_timeout
+
+    def recv(self, size: int) -> bytes:
+        now = time.monotonic()
+        if self.deadline is None:
+            self.deadline = now + self._limit
+        remaining = self.deadline - now
+        if remaining <= 0:
+            self._expired()
+        timeout = remaining if self._caller_timeout is None else min(remaining, self._caller_timeout)
+        self._sock.settimeout(timeout)
+        try:
+            return self._sock.recv(size)
+        except TimeoutError:
+            if time.monotonic() >= self.deadline:
+                self._expired()
+            raise
+        finally:
+            try:
+                self._sock.settimeout(None)
+            except OSError:
+                pass
+
+    def _expired(self) -> None:
+        peer = self._peer
+        where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "@"
+        log.output(f"closing the connection from {where}: request not received within {self._limit:g}s")
+        # Nothing more is read from this client: gunicorn's graceful close, which runs on the worker's
+        # main thread, would otherwise linger reading from it (up to 2 s per connection).
+        try:
+            self._sock.shutdown(socket.SHUT_RD)
+        except OSError:
+            pass
+        raise ClientReadTimeout()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class _TimedConn(TConn):
+    """gunicorn's connection with -read-timeout: a bounded TLS handshake, and reads under a deadline."""
+
+    reader: _DeadlineSocket | None = None
+
+    def init(self) -> None:
+        if self.initialized:
+            return
+        limit = _ctx.config.read_timeout
+        timer: threading.Timer | None = None
+        if limit > 0 and self.cfg.is_ssl:
+            # The handshake reads too; a stalled one is ended by shutting the socket down under it.
+            raw = self.sock
+            timer = threading.Timer(limit, _shutdown_socket, (raw,))
+            timer.daemon = True
+            timer.start()
+        try:
+            super().init()
+        finally:
+            if timer is not None:
+                timer.cancel()
+        unreader = getattr(self.parser, "unreader", None)
+        if limit > 0 and isinstance(unreader, SocketUnreader):
+            self.reader = _DeadlineSocket(unreader.sock, limit, self.client)
+            unreader.sock = self.reader
+
+
+def _shutdown_socket(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 class HookWorker(ThreadWorker):
     """gunicorn's threaded worker with webhook's signals: HUP and USR1 reload hooks, INT is graceful."""
 
@@ -112,6 +238,8 @@ class HookWorker(ThreadWorker):
     def init_process(self) -> None:
         # Go's net/http sends no Server header; swap the response class in this process only.
         gunicorn.http.wsgi.Response = GoResponse
+        # Connections read under -read-timeout (slow clients); also in this process only.
+        gunicorn.workers.gthread.TConn = _TimedConn
         self._reloader = _Reloader(_ctx.registry)
         if self.age > 1:
             # A replacement worker starts from the master's start-up hooks; catch up with the files
@@ -119,9 +247,9 @@ class HookWorker(ThreadWorker):
             _ctx.registry.reload_all()
         self._watcher: HooksWatcher | None = None
         self._stop_started = 0.0
-        # In this process only: requests get SHUTDOWN_GRACE, so there is time left to kill leftover
+        # In this process only: requests get -shutdown-timeout, so there is time left to kill leftover
         # commands before the master's own, longer, deadline ends this worker with SIGKILL.
-        self.cfg.set("graceful_timeout", int(SHUTDOWN_GRACE))
+        self.cfg.set("graceful_timeout", math.ceil(_ctx.config.shutdown_timeout))
         super().init_process()
 
     def init_signals(self) -> None:
@@ -150,6 +278,13 @@ class HookWorker(ThreadWorker):
 
         self.wsgi = with_header_list
 
+    def handle(self, conn: Any) -> Any:
+        # Each request on a kept-alive connection gets the whole -read-timeout again.
+        reader = getattr(conn, "reader", None)
+        if reader is not None:
+            reader.new_request()
+        return super().handle(conn)
+
     def handle_request(self, req: Any, conn: Any) -> bool:
         # net/http checks the Host header before any handler runs, and answers in its own plain format.
         problem = go_host_problem(req.version, req.method, req.headers)
@@ -164,8 +299,14 @@ class HookWorker(ThreadWorker):
             return bool(super().handle_request(req, conn))
         finally:
             self._current.req = None
+            reader = getattr(conn, "reader", None)
+            if reader is not None:
+                # The request was read in time; draining an unread body is bounded by gunicorn itself.
+                reader.new_request()
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        if isinstance(exc, ClientReadTimeout):
+            return  # net/http closes a connection whose request head timed out without an answer
         answer = go_parse_error(exc)
         if answer is None:
             super().handle_error(req, client, addr, exc)
@@ -190,7 +331,8 @@ class HookWorker(ThreadWorker):
         if self._watcher is not None:
             self._watcher.stop()
         started = self._stop_started or time.monotonic()
-        _ctx.runner.shutdown(max(0.0, SHUTDOWN_GRACE - (time.monotonic() - started)))
+        grace = _ctx.config.shutdown_timeout
+        _ctx.runner.shutdown(max(0.0, grace - (time.monotonic() - started)))
 
 
 class HookArbiter(Arbiter):
@@ -207,6 +349,12 @@ class HookArbiter(Arbiter):
         # The socket is ours (or systemd's): gunicorn must not unlink a Unix socket path when stopping;
         # the CLI removes the ones it created. This flag only controls that and re-exec, which is off.
         self.systemd = True
+
+    def init_signals(self) -> None:
+        super().init_signals()
+        # Queued like any signal gunicorn catches, so they are handled once the worker is spawned.
+        while _early_reloads:
+            self.signal(_early_reloads.pop(0), None)
 
     def spawn_worker(self) -> int:
         # A stop or reload sent to the new worker before it installs its own handlers would reach the
@@ -302,7 +450,8 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
         "preload_app": True,
         # Commands run in the background of the worker; recycling it would cut them short.
         "max_requests": 0,
-        "graceful_timeout": int(SHUTDOWN_GRACE) + 5,
+        # The master's own bound: the worker's (-shutdown-timeout) plus time to kill leftover commands.
+        "graceful_timeout": math.ceil(config.shutdown_timeout) + 5,
         "timeout": 30,
         "keepalive": 5,
         # net/http limits the request line and headers together to 1 MB. gunicorn limits the line, each
