@@ -264,6 +264,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write("".join(f"{name}\n" for name in names))
         return 0
 
+    if config.validate:
+        # Checks the hooks files and exits: no socket, no log set-up, nothing served (docs/limits.md).
+        from hookrunner.validate import run_validation
+
+        return run_validation(config.hooks_files, config.template)
+
     if (config.setuid or config.setgid) and not (config.setuid and config.setgid):
         print("error: setuid and setgid options must be used together")
         return 1
@@ -341,7 +347,7 @@ def _run(config: Config, listener: Listener) -> int:
     from hookrunner.app import create_app
     from hookrunner.executor import CommandRunner
     from hookrunner.hooks import HookRegistry
-    from hookrunner.serve import serve
+    from hookrunner.serve import hold_reload_signals, serve
 
     log.output(f"version {hookrunner_version()} starting")
     log.output("setting up os signal watcher")
@@ -363,7 +369,7 @@ def _run(config: Config, listener: Listener) -> int:
         for path in registry.files:
             log.output(f"setting up file watcher for {path}")
 
-    runner = CommandRunner()
+    runner = CommandRunner(config.command_timeout, config.max_concurrent_commands)
     app = create_app(config, registry, runner)
     base = f"/{config.urlprefix}" if config.urlprefix else ""
     context: ssl.SSLContext | None = None
@@ -389,6 +395,7 @@ def _run(config: Config, listener: Listener) -> int:
             return 1
     else:
         log.output(f"serving hooks on http://{listener.address}{base}/{{id}}")
+    hold_reload_signals()
     log.output("os signal watcher ready")
     fd = listener.sock.detach()
     serve(config, app, registry, runner, fd, context)

@@ -26,6 +26,7 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers.gthread import TConn, ThreadWorker
 from werkzeug.exceptions import RequestTimeout
+from werkzeug.wrappers import Response as WerkzeugResponse
 
 from hookrunner import tls
 from hookrunner.app import HEADER_LIST_KEY
@@ -130,9 +131,10 @@ class ClientReadTimeout(RequestTimeout):
     """
 
     def get_response(self, *args: Any, **kwargs: Any) -> Any:
-        response = super().get_response(*args, **kwargs)
-        response.headers["Connection"] = "close"
-        return response
+        # Plain text like the app's other answers, not werkzeug's HTML page.
+        return WerkzeugResponse(
+            b"Request not received in time.\n", 408, {"Content-Type": "text/plain; charset=utf-8"}
+        )
 
 
 class _DeadlineSocket:
