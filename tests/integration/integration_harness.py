@@ -449,7 +449,7 @@ def send_case(
     """Send one case; when it reaches the hook handler, collect its log lines (and wait for its command)."""
     offset = server.log_offset()
     response = http_request(server.port, method, path, headers, body, raw_request=raw_request)
-    logs = server.request_entries(offset, response.local_port, 1.0 if reaches_handler else 0.05)
+    logs = server.request_entries(offset, response.local_port, 3.0 if reaches_handler else 0.05)
     leftover: list[str] = []
     if check_files:
         recorded = server.record_path.read_bytes().split(b"\n") if server.record_path.exists() else []
