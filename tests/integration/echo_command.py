@@ -97,7 +97,7 @@ def main() -> int:
             out.write(b"cwd: " + os.path.basename(os.getcwd()).encode() + b"\n")
         elif arg.startswith(b"sleep="):
             out.flush()
-            time.sleep(float(arg[len(b"sleep="):]))
+            time.sleep(float(arg[len(b"sleep=") :]))
         elif arg.startswith(b"stderr="):
             out.flush()
             sys.stderr.buffer.write(arg[len(b"stderr=") :] + b"\n")

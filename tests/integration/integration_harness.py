@@ -43,7 +43,6 @@ SERVER_GLOBAL_HEADERS: dict[str, tuple[tuple[str, str], ...]] = {
     "prefix": (),
 }
 
-IMPLEMENTATIONS = ("hookrunner", "reference")
 FORMATS = ("json", "yaml")
 
 
