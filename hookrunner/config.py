@@ -51,6 +51,7 @@ class Config:
     read_timeout: float = 30.0
     validate: bool = False
     trusted_proxies: tuple[str, ...] = ()
+    workers: int = 1
     # Observability (docs/observability.md): off, and webhook's own log lines, by default.
     metrics: bool = False
     log_format: str = "text"

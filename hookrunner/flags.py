@@ -220,6 +220,15 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("verbose", "bool", "show verbose output", "verbose"),
     Flag("version", "bool", "display webhook version and quit", "version"),
+    Flag(
+        "workers",
+        "int",
+        "worker processes serving requests; more use more CPU cores, but each has its own "
+        "hooks registry, concurrency limits and metrics (docs/operations.md)",
+        "workers",
+        1,
+        extension=True,
+    ),
     Flag("x-request-id", "bool", "use X-Request-Id header, if present, as request ID", "x_request_id"),
     Flag(
         "x-request-id-limit",

@@ -33,6 +33,7 @@ from hookrunner.app import HEADER_LIST_KEY
 from hookrunner.config import Config
 from hookrunner.log import json_line, log, rfc3339_now
 from hookrunner.protocol import GoResponse, go_host_problem, go_parse_error, go_plain_error
+from hookrunner.statuses import status_line
 from hookrunner.watcher import HooksWatcher
 
 #: The WSGI environ key holding every request header in arrival order, as (UPPER-CASE NAME, value):
@@ -132,9 +133,8 @@ class ClientReadTimeout(RequestTimeout):
 
     def get_response(self, *args: Any, **kwargs: Any) -> Any:
         # Plain text like the app's other answers, not werkzeug's HTML page.
-        return WerkzeugResponse(
-            b"Request not received in time.\n", 408, {"Content-Type": "text/plain; charset=utf-8"}
-        )
+        headers = {"Content-Type": "text/plain; charset=utf-8"}
+        return WerkzeugResponse(b"Request not received in time.\n", status_line(408), headers)
 
 
 class _DeadlineSocket:
@@ -446,7 +446,8 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
     """The gunicorn settings that make it behave like webhook's net/http server."""
     options: dict[str, Any] = {
         "bind": [f"fd://{fd}"],
-        "workers": 1,
+        # One by default (see docs/operations.md); -workers trades per-process state for CPU cores.
+        "workers": max(1, config.workers),
         "worker_class": HookWorker,
         "threads": THREADS,
         "preload_app": True,

@@ -134,3 +134,12 @@ def test_help_matches_the_reference() -> None:
     assert done.returncode == 0
     ours = [line for line in usage_text("webhook", extensions=False).splitlines() if "socket" not in line]
     assert ours == done.stderr.splitlines()
+
+
+def test_workers_flag_sets_gunicorn_workers_and_defaults_to_one() -> None:
+    from hookrunner.serve import gunicorn_options
+
+    assert parse_args([]).workers == 1
+    assert gunicorn_options(parse_args([]), 3)["workers"] == 1
+    assert gunicorn_options(parse_args(["-workers", "4"]), 3)["workers"] == 4
+    assert gunicorn_options(parse_args(["-workers=0"]), 3)["workers"] == 1  # fewer than one means one
