@@ -81,27 +81,31 @@ class Scheduler(Generic[T]):
             at_limit = limits.max_concurrency > 0 and gate.running >= limits.max_concurrency
             if not at_limit:
                 job: Job[T] = Job(work)
-                self._start(key, gate, job)
-                return job.future, "started"
-            if limits.coalesce and gate.pending:
+                thread = self._admit(key, gate, job)
+            elif limits.coalesce and gate.pending:
                 # A run is already waiting: it will see the newest request instead of adding another run.
                 newest = gate.pending[-1]
                 newest.work = work
                 newest.coalesced += 1
                 return newest.future, "coalesced"
-            capacity = max(limits.max_queue, 1 if limits.coalesce else 0)
-            if len(gate.pending) >= capacity:
-                raise Busy(key, limits.retry_after)
-            job = Job(work)
-            gate.pending.append(job)
-            return job.future, "queued"
+            else:
+                capacity = max(limits.max_queue, 1 if limits.coalesce else 0)
+                if len(gate.pending) >= capacity:
+                    raise Busy(key, limits.retry_after)
+                job = Job(work)
+                gate.pending.append(job)
+                return job.future, "queued"
+        # Started outside the lock: Thread.start() waits until the new thread runs, which under load takes
+        # long enough to stall every other submit and finish queued behind the lock.
+        thread.start()
+        return job.future, "started"
 
-    def _start(self, key: str, gate: _Gate[T], job: Job[T]) -> None:
-        # Called with the lock held.
+    def _admit(self, key: str, gate: _Gate[T], job: Job[T]) -> threading.Thread:
+        # Called with the lock held; the caller starts the thread once the lock is released.
         gate.running += 1
         thread = threading.Thread(target=self._run, args=(key, gate, job), name=f"command-{key}", daemon=True)
         self._threads.add(thread)
-        thread.start()
+        return thread
 
     def _run(self, key: str, gate: _Gate[T], job: Job[T]) -> None:
         try:
@@ -121,12 +125,15 @@ class Scheduler(Generic[T]):
                 if self._global is not None:
                     self._global.release()
         finally:
+            following = None
             with self._lock:
                 gate.running -= 1
                 self._threads.discard(threading.current_thread())
                 if gate.pending:
-                    self._start(key, gate, gate.pending.popleft())
+                    following = self._admit(key, gate, gate.pending.popleft())
                 self._idle.notify_all()
+            if following is not None:
+                following.start()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until nothing runs or waits, at most `timeout` seconds; returns whether it got idle."""
