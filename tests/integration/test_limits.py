@@ -281,10 +281,28 @@ def test_a_30_mib_body_is_refused_with_413_and_nothing_runs(tmp_path: Path, serv
     assert wait_until(marker.exists)
 
 
-def test_max_body_size_flag_takes_units(tmp_path: Path, servers: list[Server]) -> None:
-    server = start(tmp_path, servers, [{"id": "t", "execute-command": "/bin/true"}], "-max-body-size", "64KiB")
-    assert server.request("POST", "/hooks/t", body=b"x" * (64 << 10))[0] == 200
-    assert server.request("POST", "/hooks/t", body=b"x" * ((64 << 10) + 1))[0] == 413
+def test_max_body_size_flag_takes_units_and_holds_for_chunked_bodies(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    record = tmp_path / "sizes"
+    code = f"import sys; open({str(record)!r}, 'a').write(str(len(sys.argv[1])) + '\\n')"
+    hook = {"id": "t", **python_command(code, {"source": "raw-request-body", "name": ""})}
+    server = start(tmp_path, servers, [hook], "-max-body-size", "64KiB")
+    limit = 64 << 10
+    assert server.request("POST", "/hooks/t", body=b"x" * limit)[0] == 200
+    assert server.request("POST", "/hooks/t", body=b"x" * (limit + 1))[0] == 413
+
+    def chunks(size: int) -> Iterator[bytes]:
+        for start in range(0, size, 4096):
+            yield b"y" * min(4096, size - start)
+
+    # Without a Content-Length the body is counted as it arrives: one byte over is refused, not cut short.
+    assert server.request("POST", "/hooks/t", body=chunks(limit + 1))[0] == 413  # type: ignore[arg-type]
+    assert server.request("POST", "/hooks/t", body=chunks(3 * limit))[0] == 413  # type: ignore[arg-type]
+    assert server.request("POST", "/hooks/t", body=chunks(limit))[0] == 200  # type: ignore[arg-type]
+    assert wait_until(lambda: record.exists() and len(record.read_text().split()) == 2)
+    time.sleep(0.3)
+    assert record.read_text().split() == [str(limit), str(limit)]  # only the two that fit ran, whole
 
 
 # --------------------------------------------------------------------------------------- slow clients
