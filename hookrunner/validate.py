@@ -93,6 +93,10 @@ def suggest(key: str, known: Iterable[str]) -> str:
     normal = key.strip().lower().replace("_", "-").replace(" ", "-")
     if normal in names:
         return f' (did you mean "{normal}"?)'
+    # A part of the right name (`hmac-sha256`, `env`) is as likely a slip as a misspelling.
+    containing = [name for name in names if len(normal) >= 3 and normal in name]
+    if len(containing) == 1:
+        return f' (did you mean "{containing[0]}"?)'
     close = difflib.get_close_matches(normal, names, n=1, cutoff=0.75)
     return f' (did you mean "{close[0]}"?)' if close else ""
 

@@ -181,3 +181,26 @@ def test_go_duration(seconds: float, text: str) -> None:
 )
 def test_humanize_bytes(size: int, text: str) -> None:
     assert humanize_bytes(size) == text
+
+
+# --- -max-body-size for bodies of unknown length (docs/limits.md) --------------------------------------
+
+
+def test_capped_input_refuses_one_byte_too_many_instead_of_cutting_the_body_short() -> None:
+    import io
+
+    from werkzeug.exceptions import RequestEntityTooLarge
+
+    from hookrunner.app import CappedInput
+
+    assert CappedInput(io.BytesIO(b"x" * 10), 10).read() == b"x" * 10
+    with pytest.raises(RequestEntityTooLarge):
+        CappedInput(io.BytesIO(b"x" * 11), 10).read()
+    stream = CappedInput(io.BytesIO(b"x" * 11), 10)
+    assert stream.read(4) == b"xxxx"
+    assert stream.read(6) == b"xxxxxx"
+    with pytest.raises(RequestEntityTooLarge):
+        stream.read(4)
+    exact = CappedInput(io.BytesIO(b"x" * 10), 10)
+    assert exact.read(10) == b"x" * 10
+    assert exact.read(10) == b""

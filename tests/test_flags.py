@@ -143,3 +143,64 @@ def test_workers_flag_sets_gunicorn_workers_and_defaults_to_one() -> None:
     assert gunicorn_options(parse_args([]), 3)["workers"] == 1
     assert gunicorn_options(parse_args(["-workers", "4"]), 3)["workers"] == 4
     assert gunicorn_options(parse_args(["-workers=0"]), 3)["workers"] == 1  # fewer than one means one
+
+
+# --- hookrunner's own flags for the safety limits (docs/limits.md) -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], {"command_timeout": 0.0, "max_body_size": 25 << 20, "read_timeout": 30.0,
+              "shutdown_timeout": 25.0, "max_concurrent_commands": 0, "validate": False,
+              "trusted_proxies": ()}),
+        (["-command-timeout", "1m30s"], {"command_timeout": 90.0}),
+        (["-command-timeout=1500ms"], {"command_timeout": 1.5}),
+        (["-read-timeout=0"], {"read_timeout": 0.0}),
+        (["-shutdown-timeout", "2s"], {"shutdown_timeout": 2.0}),
+        (["-max-concurrent-commands", "4"], {"max_concurrent_commands": 4}),
+        (["-max-body-size", "1048576"], {"max_body_size": 1 << 20}),
+        (["-max-body-size", "0x400"], {"max_body_size": 1024}),
+        (["-max-body-size", "512KiB"], {"max_body_size": 512 << 10}),
+        (["-max-body-size", "2M"], {"max_body_size": 2 << 20}),
+        (["-max-body-size", "1GB"], {"max_body_size": 1000**3}),
+        (["-max-body-size", "0"], {"max_body_size": 0}),
+        (["-validate"], {"validate": True}),
+        (["-trusted-proxies", "10.0.0.0/8, 172.17.0.1", "-trusted-proxies=::1"],
+         {"trusted_proxies": ("10.0.0.0/8", "172.17.0.1/32", "::1/128")}),
+        (["-trusted-proxies", "10.1.2.3/8"], {"trusted_proxies": ("10.0.0.0/8",)}),
+    ],
+)
+def test_limit_flags(argv: list[str], expected: dict[str, object]) -> None:
+    config = parse_args(argv)
+    assert {key: getattr(config, key) for key in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-command-timeout", "5"], 'invalid value "5" for flag -command-timeout: parse error'),
+        (["-read-timeout", "-1s"], 'invalid value "-1s" for flag -read-timeout: must not be negative'),
+        (["-max-body-size", "12 parsecs"], 'invalid value "12 parsecs" for flag -max-body-size: parse error'),
+        (["-max-body-size", "-1"], 'invalid value "-1" for flag -max-body-size: must not be negative'),
+        (["-trusted-proxies", "proxy.local"],
+         'invalid value "proxy.local" for flag -trusted-proxies: proxy.local is not an IP address or CIDR'),
+    ],
+)
+def test_limit_flag_rejections(argv: list[str], message: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_args(argv)
+    assert caught.value.exit_code == 2
+    assert str(caught.value).startswith(message + "\nUsage of hookrunner:\n")
+
+
+def test_limit_flags_in_usage_with_go_defaults() -> None:
+    text = usage_text()
+    assert "  -max-body-size size\n" in text and "(default 25MiB)\n" in text
+    assert "  -read-timeout duration\n" in text and "(default 30s)\n" in text
+    assert "  -shutdown-timeout duration\n" in text and "(default 25s)\n" in text
+    # A zero duration shows no default, as Go's flag package leaves zero values out.
+    command_timeout = text.split("  -command-timeout duration\n", 1)[1].split("\n", 1)[0]
+    assert "(default" not in command_timeout
+    # The reference's usage text (for comparisons) has none of them.
+    assert "-validate" not in usage_text(extensions=False)
