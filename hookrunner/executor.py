@@ -159,6 +159,9 @@ class CommandRunner:
         self._lock = threading.Lock()
         self._processes: set[subprocess.Popen[bytes]] = set()
         self._scheduler: Scheduler[CommandResult] = Scheduler(max_concurrent)
+        # Set when shutdown gives up waiting: queued runs must not start commands the exiting process
+        # would leave behind (each in a session of its own, nothing would end them).
+        self._closing = False
 
     @property
     def running(self) -> int:
@@ -263,6 +266,9 @@ class CommandRunner:
     def _spawn(
         self, path: str, argv: list[str], env: dict[str, str], cwd: str | None, timeout: float, rid: str
     ) -> tuple[bytes, str | None]:
+        with self._lock:
+            if self._closing:
+                return b"", "not started: hookrunner is shutting down"
         try:
             process = subprocess.Popen(
                 argv,
@@ -278,6 +284,10 @@ class CommandRunner:
             return b"", f"fork/exec {path}: {go_errno_text(exc)}"
         with self._lock:
             self._processes.add(process)
+            closing = self._closing
+        if closing:
+            # Shutdown took its list of processes while this one was being started.
+            _signal_group(process.pid, signal.SIGKILL)
         timed_out = False
         try:
             try:
@@ -312,6 +322,7 @@ class CommandRunner:
         if self._scheduler.wait_idle(max(grace, 0.0)):
             return
         with self._lock:
+            self._closing = True
             leftovers = list(self._processes)
         for process in leftovers:
             log.output(f"shutdown: killing the process group of command {process.pid}")

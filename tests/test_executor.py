@@ -222,3 +222,27 @@ def test_python_locale_coercion_does_not_leak_into_commands(tmp_path: Path) -> N
         [sys.executable, "-c", code], env={**env, "LANG": "en_US.UTF-8", "LC_CTYPE": "C.UTF-8"}, capture_output=True, text=True
     )
     assert explicit.stdout.split() == ["C.UTF-8", "C.UTF-8"]  # a locale the user chose is kept
+
+
+def test_runs_still_queued_when_shutdown_gives_up_start_nothing(tmp_path: Path) -> None:
+    # Before the fix a queued run started its command right after shutdown killed the running one, and
+    # the exiting server left it behind in its own session.
+    from hookrunner.scheduler import Limits
+
+    record = tmp_path / "started"
+    script = tmp_path / "slow"
+    script.write_text(f"#!/bin/sh\necho $$ >> {record}\nsleep 30\n")
+    script.chmod(0o755)
+    hook = Hook(id="serial", execute_command=str(script), limits=Limits(max_concurrency=1, max_queue=3))
+    runner = CommandRunner()
+    futures = [runner.submit(hook, request()) for _ in range(3)]
+    deadline = time.monotonic() + 5
+    while runner.running == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert runner.queued == 2
+    runner.shutdown(grace=0.2)
+    results = [future.result(timeout=10) for future in futures]
+    assert results[0].error == "signal: killed"
+    assert [r.error for r in results[1:]] == ["not started: hookrunner is shutting down"] * 2
+    assert len(record.read_text().split()) == 1  # only the first command ever ran
+    assert runner.running == 0
