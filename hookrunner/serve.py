@@ -183,8 +183,7 @@ class _DeadlineSocket:
                 pass
 
     def _expired(self) -> None:
-        peer = self._peer
-        where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "@"
+        where = _peer_text(self._peer)
         log.output(f"closing the connection from {where}: request not received within {self._limit:g}s")
         # Nothing more is read from this client: gunicorn's graceful close, which runs on the worker's
         # main thread, would otherwise linger reading from it (up to 2 s per connection).
@@ -208,24 +207,34 @@ class _TimedConn(TConn):
             return
         limit = _ctx.config.read_timeout
         timer: threading.Timer | None = None
+        handle: socket.socket | None = None
         if limit > 0 and self.cfg.is_ssl:
-            # The handshake reads too; a stalled one is ended by shutting the socket down under it.
-            raw = self.sock
-            timer = threading.Timer(limit, _shutdown_socket, (raw,))
+            # The handshake reads too; a stalled one is ended by shutting the connection down under it.
+            # Wrapping detaches the descriptor from self.sock, so the timer holds a duplicate of its own
+            # (which also keeps the descriptor from being reused by another connection meanwhile).
+            handle = self.sock.dup()
+            timer = threading.Timer(limit, _end_handshake, (handle, self.client, limit))
             timer.daemon = True
             timer.start()
         try:
             super().init()
         finally:
-            if timer is not None:
+            if timer is not None and handle is not None:
                 timer.cancel()
+                timer.join()
+                handle.close()
         unreader = getattr(self.parser, "unreader", None)
         if limit > 0 and isinstance(unreader, SocketUnreader):
             self.reader = _DeadlineSocket(unreader.sock, limit, self.client)
             unreader.sock = self.reader
 
 
-def _shutdown_socket(sock: socket.socket) -> None:
+def _peer_text(peer: Any) -> str:
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "@"
+
+
+def _end_handshake(sock: socket.socket, peer: Any, limit: float) -> None:
+    log.output(f"closing the connection from {_peer_text(peer)}: TLS handshake not done within {limit:g}s")
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:

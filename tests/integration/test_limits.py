@@ -3,10 +3,12 @@ size, slow clients, graceful shutdown, -validate and -trusted-proxies."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import trustme
 from test_serving import HOOKRUNNER, Server, free_port, wait_until
 
 MSG_COMMAND_ERROR = (
@@ -420,6 +423,33 @@ def test_a_slow_body_is_cut_off_and_runs_nothing(tmp_path: Path, servers: list[S
     time.sleep(0.3)
     assert not marker.exists()
     assert "executing" not in server.log
+
+
+def test_a_stalled_tls_handshake_is_cut_off(tmp_path: Path, servers: list[Server]) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "cert.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    server = Server(tmp_path, [{"id": "t", "execute-command": "/bin/true"}], "-secure", "-read-timeout", "1s",
+                    "-cert", str(tmp_path / "cert.pem"), "-key", str(tmp_path / "key.pem"))
+    servers.append(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    server.ready(lambda: http.client.HTTPSConnection("127.0.0.1", server.port, context=client, timeout=10))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"\x16\x03\x01")  # the first bytes of a ClientHello, and then nothing
+        began = time.monotonic()
+        try:
+            closed = sock.recv(1024) == b""
+        except OSError:
+            closed = True
+        waited = time.monotonic() - began
+    assert closed
+    assert 0.8 <= waited < 5
+    assert wait_until(lambda: "TLS handshake not done within 1s" in server.log)
+    # A client that completes its handshake is served as before.
+    conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=client, timeout=10)
+    assert server.request("POST", "/hooks/t", conn=conn)[0] == 200
 
 
 # ------------------------------------------------------------------------------------ graceful shutdown
