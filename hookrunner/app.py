@@ -490,6 +490,9 @@ class HookApp:
         port = environ.get("REMOTE_PORT") or ""
         if not host:
             return "@"  # a unix socket peer, as Go reports it
+        if host.startswith("::ffff:") and "." in host:
+            # An IPv4 peer of a dual-stack listener (the default -ip): Go prints the IPv4 address.
+            host = host[len("::ffff:") :]
         if self.trusted_proxies:
             # -trusted-proxies (docs/limits.md): the client a trusted proxy forwarded, port unknown (0).
             header_list = environ.get(HEADER_LIST_KEY)

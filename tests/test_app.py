@@ -204,3 +204,38 @@ def test_capped_input_refuses_one_byte_too_many_instead_of_cutting_the_body_shor
     exact = CappedInput(io.BytesIO(b"x" * 10), 10)
     assert exact.read(10) == b"x" * 10
     assert exact.read(10) == b""
+
+
+@pytest.mark.parametrize(
+    ("peer", "forwarded", "trusted", "seen"),
+    [
+        # Go prints an IPv4 peer of a dual-stack listener (the default -ip) as IPv4.
+        ("::ffff:192.0.2.1", None, (), b"192.0.2.1:4242\n"),
+        ("2001:db8::1", None, (), b"[2001:db8::1]:4242\n"),
+        # -trusted-proxies: believed from a trusted peer only, and then with port 0.
+        ("::ffff:192.0.2.1", "203.0.113.7", ("192.0.2.0/24",), b"203.0.113.7:0\n"),
+        ("192.0.2.1", "203.0.113.7, 198.51.100.4", ("192.0.2.0/24",), b"198.51.100.4:0\n"),
+        ("198.51.100.9", "203.0.113.7", ("192.0.2.0/24",), b"198.51.100.9:4242\n"),
+        ("192.0.2.1", "203.0.113.7", (), b"192.0.2.1:4242\n"),  # without the flag nothing changes
+    ],
+)
+def test_remote_addr(
+    tmp_path: Path, peer: str, forwarded: str | None, trusted: tuple[str, ...], seen: bytes
+) -> None:
+    path = tmp_path / "hooks.json"
+    path.write_text(json.dumps([{
+        "id": "addr", "execute-command": "/bin/echo", "include-command-output-in-response": True,
+        "pass-arguments-to-command": [{"source": "request", "name": "remote-addr"}],
+    }]))
+    config = Config(hooks=(str(path),), trusted_proxies=trusted)
+    registry = HookRegistry(config.hooks_files)
+    registry.load_initial()
+    runner = CommandRunner()
+    try:
+        app = create_app(config, registry, runner).test_client()
+        headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+        response = app.post("/hooks/addr", headers=headers,
+                            environ_base={"REMOTE_ADDR": peer, "REMOTE_PORT": "4242"})
+        assert (response.status_code, response.data) == (200, seen)
+    finally:
+        runner.shutdown(5)
