@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -12,6 +13,9 @@ from typing import Generic, TypeVar
 from hookrunner.errors import HookrunnerError
 
 T = TypeVar("T")
+
+#: How long a command thread with nothing to run waits for the next run before it exits.
+IDLE_THREAD_SECONDS = 10.0
 
 
 class Busy(HookrunnerError):
@@ -56,7 +60,12 @@ class Scheduler(Generic[T]):
         self._gates: dict[str, _Gate[T]] = {}
         self._global = threading.BoundedSemaphore(max_running) if max_running > 0 else None
         self._waiting_global = 0
-        self._threads: set[threading.Thread] = set()
+        # Admitted runs not yet finished, and the command threads waiting for one: a finished run's
+        # thread waits a while for the next run instead of exiting, since starting a thread costs the
+        # request that needs it a wait for the new thread to be scheduled.
+        self._active = 0
+        self._idle_threads = 0
+        self._handover: queue.SimpleQueue[tuple[str, _Gate[T], Job[T]]] = queue.SimpleQueue()
         self._idle = threading.Condition(self._lock)
 
     # --- counts, for logs and metrics ---
@@ -82,6 +91,8 @@ class Scheduler(Generic[T]):
             if not at_limit:
                 job: Job[T] = Job(work)
                 thread = self._admit(key, gate, job)
+                if thread is None:
+                    return job.future, "started"
             elif limits.coalesce and gate.pending:
                 # A run is already waiting: it will see the newest request instead of adding another run.
                 newest = gate.pending[-1]
@@ -100,14 +111,39 @@ class Scheduler(Generic[T]):
         thread.start()
         return job.future, "started"
 
-    def _admit(self, key: str, gate: _Gate[T], job: Job[T]) -> threading.Thread:
-        # Called with the lock held; the caller starts the thread once the lock is released.
+    def _admit(self, key: str, gate: _Gate[T], job: Job[T]) -> threading.Thread | None:
+        """Hand the run to a waiting thread, or return a new thread for the caller to start once the lock
+        is released. Called with the lock held."""
         gate.running += 1
-        thread = threading.Thread(target=self._run, args=(key, gate, job), name=f"command-{key}", daemon=True)
-        self._threads.add(thread)
-        return thread
+        self._active += 1
+        if self._idle_threads:
+            self._idle_threads -= 1
+            self._handover.put((key, gate, job))
+            return None
+        return threading.Thread(target=self._serve, args=((key, gate, job),), name="command", daemon=True)
 
-    def _run(self, key: str, gate: _Gate[T], job: Job[T]) -> None:
+    def _serve(self, task: tuple[str, _Gate[T], Job[T]]) -> None:
+        """A command thread: runs its run, then the runs handed to it, until idle for IDLE_THREAD_SECONDS."""
+        while True:
+            following = self._run(*task)
+            if following is not None:
+                task = following
+                continue
+            with self._lock:
+                self._idle_threads += 1
+            try:
+                task = self._handover.get(timeout=IDLE_THREAD_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    try:  # a run handed over just as the wait ended was counted on this thread
+                        task = self._handover.get_nowait()
+                    except queue.Empty:
+                        self._idle_threads -= 1
+                        return
+
+    def _run(self, key: str, gate: _Gate[T], job: Job[T]) -> tuple[str, _Gate[T], Job[T]] | None:
+        """Run one job; returns the hook's next queued run, admitted for this same thread to run."""
+        threading.current_thread().name = f"command-{key}"
         try:
             if self._global is not None:
                 with self._lock:
@@ -125,19 +161,20 @@ class Scheduler(Generic[T]):
                 if self._global is not None:
                     self._global.release()
         finally:
-            following = None
             with self._lock:
                 gate.running -= 1
-                self._threads.discard(threading.current_thread())
+                self._active -= 1
+                following = None
                 if gate.pending:
-                    following = self._admit(key, gate, gate.pending.popleft())
+                    gate.running += 1
+                    self._active += 1
+                    following = (key, gate, gate.pending.popleft())
                 self._idle.notify_all()
-            if following is not None:
-                following.start()
+        return following
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until nothing runs or waits, at most `timeout` seconds; returns whether it got idle."""
         with self._idle:
             return self._idle.wait_for(
-                lambda: not self._threads and not any(g.pending for g in self._gates.values()), timeout
+                lambda: not self._active and not any(g.pending for g in self._gates.values()), timeout
             )

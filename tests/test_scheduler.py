@@ -107,3 +107,17 @@ def test_errors_reach_the_future() -> None:
     future, _ = scheduler.submit("h", Limits(), boom)
     with pytest.raises(RuntimeError, match="boom"):
         future.result(5)
+
+
+def test_command_threads_are_reused_then_exit_when_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hookrunner.scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "IDLE_THREAD_SECONDS", 0.3)
+    scheduler: Scheduler[int] = Scheduler()
+    first = scheduler.submit("a", Limits(), threading.get_ident)[0].result(5)
+    wait_for(lambda: scheduler._idle_threads == 1)
+    # The next run, even for another hook, goes to the waiting thread instead of a new one.
+    assert scheduler.submit("b", Limits(), threading.get_ident)[0].result(5) == first
+    assert scheduler.wait_idle(5)
+    wait_for(lambda: scheduler._idle_threads == 0)  # and it exits once idle for long enough
+    assert not any(t.ident == first for t in threading.enumerate())
