@@ -93,12 +93,12 @@ def suggest(key: str, known: Iterable[str]) -> str:
     normal = key.strip().lower().replace("_", "-").replace(" ", "-")
     if normal in names:
         return f' (did you mean "{normal}"?)'
-    # A part of the right name (`hmac-sha256`, `env`) is as likely a slip as a misspelling.
-    containing = [name for name in names if len(normal) >= 3 and normal in name]
-    if len(containing) == 1:
-        return f' (did you mean "{containing[0]}"?)'
     close = difflib.get_close_matches(normal, names, n=1, cutoff=0.75)
-    return f' (did you mean "{close[0]}"?)' if close else ""
+    if close:
+        return f' (did you mean "{close[0]}"?)'
+    # Else a part of the right name (`hmac-sha256`, `env`, `body`) is as likely a slip.
+    containing = [name for name in names if len(normal) >= 3 and normal in name]
+    return f' (did you mean "{containing[0]}"?)' if len(containing) == 1 else ""
 
 
 def _unknown_keys(data: Mapping[Any, Any], known: Sequence[str], where: str) -> list[str]:

@@ -161,3 +161,10 @@ def test_suggest(key: str, hint: str) -> None:
     from hookrunner.validate import HOOK_KEYS
 
     assert suggest(key, HOOK_KEYS) == hint
+
+
+def test_a_misspelling_wins_over_a_longer_name_containing_it() -> None:
+    from hookrunner.validate import SOURCES
+
+    assert suggest("headers", SOURCES) == ' (did you mean "header"?)'  # not "entire-headers"
+    assert suggest("body", SOURCES) == ' (did you mean "raw-request-body"?)'
