@@ -170,20 +170,22 @@ def recorder_hook(hook_id: str, record: Path, gate: str, **limits: object) -> di
 def test_fifty_parallel_requests_run_one_at_a_time_through_the_queue(
     tmp_path: Path, servers: list[Server]
 ) -> None:
-    record = tmp_path / "runs"
-    hook = recorder_hook("serial", record, "", **{"max-concurrency": 1, "max-queue": 60})
+    record, gate = tmp_path / "runs", tmp_path / "gate"
+    hook = recorder_hook("serial", record, str(gate), **{"max-concurrency": 1, "max-queue": 60})
     server = start(tmp_path, servers, [hook])
+    # The first run to start holds the only slot until the gate opens, so the other 49 must queue.
     with ThreadPoolExecutor(max_workers=50) as pool:
         answers = list(pool.map(lambda i: server.request("POST", f"/hooks/serial?seq={i}"), range(50)))
     assert [(status, body) for status, _, body in answers] == [(200, b"accepted")] * 50
+    assert wait_until(lambda: server.log.count("serial is at its concurrency limit; run queued") == 49)
+    assert len(records(record)) == 1
+    gate.write_text("go")
     assert wait_until(lambda: len(runs(record)) == 50, timeout=60), records(record)
     done = runs(record)
     assert sorted(seq for _, _, seq in done) == sorted(str(i) for i in range(50))
     # The command's own clock shows the queue: each run starts only after the previous one ended.
     for (_, previous_end, _), (next_start, _, _) in zip(done, done[1:], strict=False):
         assert next_start >= previous_end
-    queued = server.log.count("serial is at its concurrency limit; run queued")
-    assert queued >= 25  # the requests came faster than the runs: most of them waited in the queue
 
 
 def test_queue_is_fifo_and_a_full_queue_answers_429_with_retry_after(
