@@ -116,8 +116,8 @@ def read_body() -> bytes:
 
     werkzeug reads a body 64 KiB at a time, and each piece makes gunicorn copy what it holds beyond it,
     which dominates a 1 MiB signed push. The checks are werkzeug's: a declared length over the limit is
-    413 before reading, a body without a length (chunked) is read up to the limit, a failing read is
-    ClientDisconnected.
+    413 before reading, a failing read is ClientDisconnected; a body without a length (chunked) is
+    capped by CappedInput, which serve_request puts in front of it.
     """
     limit = request.max_content_length
     stream = request.environ["wsgi.input"]
