@@ -6,15 +6,12 @@ import io
 import posixpath
 import random
 import time
-from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import Flask
+from flask import Flask, Response, request
 from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge
-from werkzeug.local import LocalProxy
-from werkzeug.wrappers import Request as WsgiRequest
-from werkzeug.wrappers import Response
+from werkzeug.wrappers import Response as WerkzeugResponse
 
 from hookrunner import metrics
 from hookrunner.config import Config
@@ -68,12 +65,6 @@ GO_BUFFER_BEFORE_CHUNKING = 2048
 _NOT_HEADERS = {"HTTP_HOST", "HTTP_TRANSFER_ENCODING"}
 
 
-#: The request this thread is serving. The app answers every request itself (create_app), without Flask's
-#: request context, signals and response conversion: those cost more than webhook's whole handler.
-_current_request: ContextVar[WsgiRequest] = ContextVar("hookrunner_request")
-request: WsgiRequest = LocalProxy(_current_request)  # type: ignore[assignment]
-
-
 class Answer(Response):
     """A response with no default Content-Type: like Go, an empty body carries none."""
 
@@ -117,9 +108,10 @@ def read_body() -> bytes:
     werkzeug reads a body 64 KiB at a time, and each piece makes gunicorn copy what it holds beyond it,
     which dominates a 1 MiB signed push. The checks are werkzeug's: a declared length over the limit is
     413 before reading, a failing read is ClientDisconnected; a body without a length (chunked) is
-    capped by CappedInput, which serve_request puts in front of it.
+    capped by CappedInput, which create_app puts in front of the app.
     """
-    limit = request.max_content_length
+    # Without a declared length the body is chunked, and CappedInput enforces the limit while reading.
+    limit = request.max_content_length if request.content_length is not None else None
     stream = request.environ["wsgi.input"]
     if limit is not None:
         length = request.content_length
@@ -665,32 +657,24 @@ def create_app(config: Config, registry: HookRegistry, runner: CommandRunner) ->
             return hooks.hook(path[len(base) + 1 :])
         return answer(404, b"404 page not found\n", {"X-Content-Type-Options": "nosniff"}, TEXT_PLAIN)
 
-    def internal_error(exc: Exception) -> Response:
+    def internal_error(exc: Exception) -> WerkzeugResponse:
         if isinstance(exc, HTTPException):
             return exc.get_response()
         # Never a traceback to the client; the log keeps the detail.
         log.output(f"panic: {type(exc).__name__}: {exc}")
         return answer(500, b"", {})
 
-    def serve_request(environ: dict[str, Any], start_response: Any) -> Any:
-        # What Flask's wsgi_app did for this app (a before_request hook answering everything, one error
-        # handler), minus its request context, URL matching, signals and conversion of the Answer into
-        # a flask.Response: the same bytes out, at about two thirds of the cost of a request to `/`.
-        if max_body is not None and environ.get("CONTENT_LENGTH") is None and "wsgi.input" in environ:
-            environ["wsgi.input"] = CappedInput(environ["wsgi.input"], max_body)
-        req = WsgiRequest(environ)
-        req.max_content_length = max_body if "CONTENT_LENGTH" in environ else None
-        token = _current_request.set(req)
-        try:
-            response: Response
-            try:
-                response = dispatch()
-            except Exception as exc:  # noqa: BLE001 - every failure is answered, as Flask's handler did
-                response = internal_error(exc)
-            return response(environ, start_response)
-        finally:
-            _current_request.reset(token)
+    app.before_request(dispatch)
+    app.register_error_handler(Exception, internal_error)
+    if max_body is not None:
+        app.config["MAX_CONTENT_LENGTH"] = max_body
+        flask_wsgi = app.wsgi_app
 
-    # Flask stays the app object (its test client and __call__), with this as its whole WSGI pipeline.
-    app.wsgi_app = serve_request  # type: ignore[method-assign]
+        def capped_body(environ: dict[str, Any], start_response: Any) -> Any:
+            # A body of unknown length (chunked) is capped here; werkzeug would cut it short instead.
+            if environ.get("CONTENT_LENGTH") is None and "wsgi.input" in environ:
+                environ["wsgi.input"] = CappedInput(environ["wsgi.input"], max_body)
+            return flask_wsgi(environ, start_response)
+
+        app.wsgi_app = capped_body  # type: ignore[method-assign]
     return app
