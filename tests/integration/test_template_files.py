@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ FIXTURES = ["hooks.json.tmpl", "hooks.yaml.tmpl"]
 # Values chosen to need js escaping: quote, backslash, < > & =, a tab and a non-ASCII letter.
 FIXTURE_ENV = {"HR_TPL_SECRET": 'pa"ss\\wo<r>d&=é\t1', "HR_TPL_BRANCH": "main", "HR_TPL_EXTRA": "extra-hook"}
 WEBHOOK = shutil.which("webhook") or "/usr/bin/webhook"
+HOOKRUNNER = str(Path(sys.executable).with_name("hookrunner"))
 
 
 def vector(name: str) -> dict[str, Any]:
@@ -113,10 +115,10 @@ class Reference:
         return f"http://127.0.0.1:{self.port}/hooks/{hook_id}"
 
 
-def start_reference(files: list[Path], env: dict[str, str], workdir: Path) -> Reference:
+def start_reference(files: list[Path], env: dict[str, str], workdir: Path, program: str = WEBHOOK) -> Reference:
     port = free_port()
-    log_path = workdir / f"webhook-{port}.log"
-    argv = [WEBHOOK, "-template", "-verbose", "-nopanic", "-ip", "127.0.0.1", "-port", str(port)]
+    log_path = workdir / f"{Path(program).name}-{port}.log"
+    argv = [program, "-template", "-verbose", "-nopanic", "-ip", "127.0.0.1", "-port", str(port)]
     for f in files:
         argv += ["-hooks", str(f)]
     full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
@@ -127,7 +129,7 @@ def start_reference(files: list[Path], env: dict[str, str], workdir: Path) -> Re
     while "serving hooks on" not in ref.log():
         if proc.poll() is not None or time.monotonic() > deadline:
             stop_reference(ref)
-            raise AssertionError(f"webhook did not start:\n{ref.log()}")
+            raise AssertionError(f"{program} did not start:\n{ref.log()}")
         time.sleep(0.05)
     return ref
 
@@ -146,8 +148,8 @@ def stop_reference(ref: Reference) -> None:
 def reference_runner(tmp_path: Path) -> Iterator[Any]:
     started: list[Reference] = []
 
-    def run(files: list[Path], env: dict[str, str]) -> Reference:
-        ref = start_reference(files, env, tmp_path)
+    def run(files: list[Path], env: dict[str, str], program: str = WEBHOOK) -> Reference:
+        ref = start_reference(files, env, tmp_path, program)
         started.append(ref)
         return ref
 
@@ -206,6 +208,41 @@ def test_reference_serves_what_we_render(
     wrong_body, wrong_headers = signed_push(hmac_secret(hooks[0]) + "x", branch)
     wrong = requests.post(ref.url(hooks[0]["id"]), data=wrong_body, headers=wrong_headers, timeout=10)
     assert wrong.status_code == 500
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize(("path", "env", "branch"), hooks_file_cases())
+def test_hookrunner_serves_the_templated_file_as_the_reference_does(
+    path: Path, env: dict[str, str], branch: str, reference_runner: Any
+) -> None:
+    hooks = load_hooks(render_hooks_template_with(path, env))
+    signed = signed_push(hmac_secret(hooks[0]), branch)
+    forged = signed_push(hmac_secret(hooks[0]) + "x", branch)
+    answers = {}
+    for program in (HOOKRUNNER, WEBHOOK):
+        server = reference_runner([path], env, program)
+        assert load_reports(server.log())[str(path)] == ("loaded", [h["id"] for h in hooks])
+        answers[program] = [
+            (r.status_code, r.text)
+            for r in (requests.post(server.url(hooks[0]["id"]), data=b, headers=h, timeout=10) for b, h in (signed, forged))
+        ]
+    assert answers[HOOKRUNNER] == answers[WEBHOOK] == [
+        (200, hooks[0]["response-message"]),
+        (500, "Error occurred while evaluating hook rules."),
+    ]
+
+
+def render_hooks_template_with(path: Path, env: dict[str, str]) -> str:
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        return render_hooks_template(path.read_text(encoding="utf-8"))
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 # Templates from the vectors, each wrapped as the response-message of a one-hook YAML file. webhook 2.8.0
