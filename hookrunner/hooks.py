@@ -25,7 +25,7 @@ from hookrunner.log import log
 from hookrunner.scheduler import Limits
 
 
-class _Loader(yaml.SafeLoader):
+class HooksYamlLoader(yaml.SafeLoader):
     """YAML as Go's yaml.v2 reads it into interface{}: plain scalars resolved by yaml.v2's rules.
 
     The pure-Python scanner is used because its escape table can be made yaml.v2's: backslash-quote
@@ -45,7 +45,7 @@ class _Loader(yaml.SafeLoader):
 
 
 _PLAIN_TAG = "tag:hookrunner,2026:yaml-v2-plain"
-_Loader.add_constructor(_PLAIN_TAG, lambda loader, node: yaml_v2_scalar(node.value))
+HooksYamlLoader.add_constructor(_PLAIN_TAG, lambda loader, node: yaml_v2_scalar(node.value))
 
 
 @dataclass(frozen=True)
@@ -93,10 +93,10 @@ class Hook:
 # --- decoding a hooks file the way webhook's YAML -> JSON -> struct decoding does -------------------------
 
 # Each field: its key in the file, the Hook attribute, and how Go decodes it (value, "Struct.key" for errors).
-_HOOK_FIELDS: dict[str, tuple[str, Callable[[Any, str], Any]]] = {}  # filled below, once the decoders exist
+HOOK_FIELDS: dict[str, tuple[str, Callable[[Any, str], Any]]] = {}  # filled below, once the decoders exist
 #: hookrunner's own keys for a hook's Limits (docs/limits.md); the reference ignores them.
-_LIMIT_FIELDS = ("max-concurrency", "max-queue", "coalesce", "retry-after")
-_ARGUMENT_FIELDS = ("source", "name", "envname", "base64decode")
+LIMIT_FIELDS = ("max-concurrency", "max-queue", "coalesce", "retry-after")
+ARGUMENT_FIELDS = ("source", "name", "envname", "base64decode")
 _HEADER_FIELDS = ("name", "value")
 
 
@@ -124,7 +124,7 @@ def decode_argument(data: Any, where: str = "Hook.parameter") -> Argument:
     """An Argument from its decoded mapping (also used for a match rule's `parameter`)."""
     if data is None:
         return Argument()
-    known, _ = _known(data, _ARGUMENT_FIELDS, where)
+    known, _ = _known(data, ARGUMENT_FIELDS, where)
     return Argument(
         source=go_string(known.get("source"), where + ".source"),
         name=go_string(known.get("name"), where + ".name"),
@@ -196,7 +196,7 @@ def _rule(value: Any, where: str) -> Any:
     return parse_rule(value)
 
 
-_HOOK_FIELDS.update(
+HOOK_FIELDS.update(
     {
         "id": ("id", go_string),
         "execute-command": ("execute_command", go_string),
@@ -222,15 +222,15 @@ _HOOK_FIELDS.update(
 
 def decode_hook(data: Any) -> Hook:
     """One Hook from one decoded list entry; raises HooksFileError where Go's decoding fails."""
-    known, extra = _known(data, (*_HOOK_FIELDS, *_LIMIT_FIELDS), "hook.Hook")
-    values = {attr: decode(known.get(key), f"Hook.{key}") for key, (attr, decode) in _HOOK_FIELDS.items()}
+    known, extra = _known(data, (*HOOK_FIELDS, *LIMIT_FIELDS), "hook.Hook")
+    values = {attr: decode(known.get(key), f"Hook.{key}") for key, (attr, decode) in HOOK_FIELDS.items()}
     return Hook(**values, limits=_limits(known, "Hook."), extra=extra)
 
 
 def parse_hooks(text: str) -> list[Hook]:
     """Hooks from the text of a JSON or YAML hooks file (JSON is read as YAML, as webhook does)."""
     try:
-        data = yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=HooksYamlLoader)
     except yaml.YAMLError as exc:
         raise HooksFileError(f"error converting YAML to JSON: {exc}") from exc
     if data is None:
@@ -245,8 +245,8 @@ def parse_hooks(text: str) -> list[Hook]:
         raise HooksFileError(str(exc)) from exc
 
 
-def load_hooks(path: str, as_template: bool = False) -> list[Hook]:
-    """Read one hooks file, optionally rendered as a Go template first; raises HooksFileError."""
+def read_hooks_text(path: str, as_template: bool = False) -> str:
+    """A hooks file's text as serving reads it: bytes as they are, rendered first with -template."""
     try:
         # newline="": Go reads the bytes as they are, so error line numbers count the same lines.
         with open(path, encoding="utf-8", errors="surrogateescape", newline="") as handle:
@@ -257,7 +257,12 @@ def load_hooks(path: str, as_template: bool = False) -> list[Hook]:
         from hookrunner.gotemplate import render_hooks_template
 
         text = render_hooks_template(text)
-    return parse_hooks(text)
+    return text
+
+
+def load_hooks(path: str, as_template: bool = False) -> list[Hook]:
+    """Read one hooks file, optionally rendered as a Go template first; raises HooksFileError."""
+    return parse_hooks(read_hooks_text(path, as_template))
 
 
 # --- the registry ------------------------------------------------------------------------------------

@@ -20,13 +20,14 @@ from hookrunner.errors import HooksFileError
 from hookrunner.executor import CommandNotFound, resolve_command
 from hookrunner.godecode import fields, go_string
 from hookrunner.hooks import (
-    _ARGUMENT_FIELDS,
-    _HOOK_FIELDS,
-    _LIMIT_FIELDS,
+    ARGUMENT_FIELDS,
+    HOOK_FIELDS,
+    LIMIT_FIELDS,
     Argument,
     Hook,
-    _Loader,
+    HooksYamlLoader,
     decode_hook,
+    read_hooks_text,
 )
 from hookrunner.rules import (
     MATCH_HASH_SHA1,
@@ -67,7 +68,7 @@ _SIGNED = (
 #: Evaluation order: a rule object with several of these uses the first one only.
 _RULE_KEYS = ("and", "or", "not", "match")
 _MATCH_KEYS = ("type", "regex", "secret", "value", "parameter", "ip-range")
-HOOK_KEYS = (*_HOOK_FIELDS, *_LIMIT_FIELDS)
+HOOK_KEYS = (*HOOK_FIELDS, *LIMIT_FIELDS)
 _ARGUMENT_LISTS = (
     "pass-arguments-to-command", "pass-environment-to-command", "pass-file-to-command",
     "parse-parameters-as-json",
@@ -150,7 +151,7 @@ def _raw_rule_problems(data: Any, path: str) -> list[str]:
             problems += _unknown_keys(value, _MATCH_KEYS, f"{path}.match: ")
             parameter = _raw_value(value, "parameter")
             if isinstance(parameter, Mapping):
-                problems += _unknown_keys(parameter, _ARGUMENT_FIELDS, f"{path}.match.parameter: ")
+                problems += _unknown_keys(parameter, ARGUMENT_FIELDS, f"{path}.match.parameter: ")
     return problems
 
 
@@ -220,7 +221,7 @@ def hook_problems(hook: Hook, raw: Mapping[Any, Any]) -> list[str]:
             continue
         for index, item in enumerate(items):
             if isinstance(item, Mapping):
-                problems += _unknown_keys(item, _ARGUMENT_FIELDS, f"{key}[{index}]: ")
+                problems += _unknown_keys(item, ARGUMENT_FIELDS, f"{key}[{index}]: ")
     arguments = (
         ("pass-arguments-to-command", hook.pass_arguments, SOURCES),
         ("pass-environment-to-command", hook.pass_environment, SOURCES),
@@ -245,20 +246,6 @@ def hook_problems(hook: Hook, raw: Mapping[Any, Any]) -> list[str]:
     return problems
 
 
-def read_hooks_text(path: str, as_template: bool) -> str:
-    """The file's text as serving reads it (hooks.load_hooks), rendered when it is a template."""
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise HooksFileError(f"open {path}: {(exc.strerror or str(exc)).lower()}") from exc
-    if as_template:
-        from hookrunner.gotemplate import render_hooks_template
-
-        text = render_hooks_template(text)
-    return text
-
-
 def validate_files(paths: Sequence[str], as_template: bool = False) -> tuple[list[Problem], int]:
     """Every problem in the hooks files, in file order, and how many hooks were decoded."""
     problems: list[Problem] = []
@@ -266,7 +253,7 @@ def validate_files(paths: Sequence[str], as_template: bool = False) -> tuple[lis
     count = 0
     for path in paths:
         try:
-            data = yaml.load(read_hooks_text(path, as_template), Loader=_Loader)
+            data = yaml.load(read_hooks_text(path, as_template), Loader=HooksYamlLoader)
         except HooksFileError as exc:
             problems.append(Problem(path, "", str(exc)))
             continue
