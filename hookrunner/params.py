@@ -465,6 +465,19 @@ def _go_float(f: float, verb: str) -> str:
 
 
 def _encode(value: Any, out: list[str]) -> None:
+    # An explicit stack instead of recursion: Go encodes payloads nested deeper than Python's recursion
+    # limit (JSON up to 10000 levels, XML without a limit). Entries are (is_literal, item).
+    stack: list[tuple[bool, Any]] = [(False, value)]
+    while stack:
+        literal, value = stack.pop()
+        if literal:
+            out.append(value)
+        else:
+            _encode_one(value, out, stack)
+
+
+def _encode_one(value: Any, out: list[str], stack: list[tuple[bool, Any]]) -> None:
+    """Encode a scalar into `out`, or open a map/list and push its members (in reverse) onto `stack`."""
     if value is None or isinstance(value, NilMap):
         out.append("null")
     elif isinstance(value, JSONNumber):
@@ -481,20 +494,21 @@ def _encode(value: Any, out: list[str]) -> None:
         out.append(_go_float(value, "json"))
     elif isinstance(value, dict):
         out.append("{")
-        for i, key in enumerate(sorted(value, key=lambda k: _go_bytes(str(k)))):
-            if i:
-                out.append(",")
-            _encode_string(str(key), out)
-            out.append(":")
-            _encode(value[key], out)
-        out.append("}")
+        stack.append((True, "}"))
+        keys = sorted(value, key=lambda k: _go_bytes(str(k)))
+        for i in range(len(keys) - 1, -1, -1):
+            key_text: list[str] = [","] if i else []
+            _encode_string(str(keys[i]), key_text)
+            key_text.append(":")
+            stack.append((False, value[keys[i]]))
+            stack.append((True, "".join(key_text)))
     elif isinstance(value, list | tuple):
         out.append("[")
-        for i, item in enumerate(value):
+        stack.append((True, "]"))
+        for i in range(len(value) - 1, -1, -1):
+            stack.append((False, value[i]))
             if i:
-                out.append(",")
-            _encode(item, out)
-        out.append("]")
+                stack.append((True, ","))
     else:
         _encode_string(str(value), out)
 

@@ -494,3 +494,14 @@ def test_fast_path_agrees_with_exact_decoder_on_generated_inputs() -> None:
                 loads_json(data)
             assert str(caught.value) == exact, data
     assert answered > 1000  # the fast path is actually exercised
+
+
+def test_go_json_dumps_nests_deeper_than_the_recursion_limit() -> None:
+    # Go encodes what it decoded (JSON to 10000 levels, XML without a limit); a recursive encoder failed
+    # at about 1000 levels and the hook answered 500 where the reference answers 200.
+    depth = 20000
+    nested: Any = "x"
+    for _ in range(depth):
+        nested = {"b": [nested], "a": 1}
+    assert go_json_dumps(nested) == '{"a":1,"b":[' * depth + '"x"' + "]}" * depth
+    assert go_json_dumps([[[]], {}, [{"<": None}]]) == '[[[]],{},[{"\\u003c":null}]]'
