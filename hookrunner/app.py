@@ -10,7 +10,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge
+from gunicorn.http import errors as http_errors
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from hookrunner import metrics
@@ -102,13 +103,27 @@ def answer(status: int, body: bytes, headers: dict[str, str], explicit_type: str
     return response
 
 
-def read_body() -> bytes:
+# environ key set when the request body could not be read: the answer then closes the connection.
+BODY_FAILED_KEY = "hookrunner.body_failed"
+
+
+def _go_body_error(exc: Exception) -> str:
+    """net/http's words for a request body that cannot be read."""
+    if isinstance(exc, http_errors.InvalidChunkSize):
+        return "invalid byte in chunk length"
+    if isinstance(exc, http_errors.ChunkMissingTerminator) and exc.term:
+        return "malformed chunked encoding"
+    return "unexpected EOF"
+
+
+def read_body(rid: str) -> bytes:
     """The request body, as `request.get_data()` returns it, in one read instead of 64 KiB pieces.
 
     werkzeug reads a body 64 KiB at a time, and each piece makes gunicorn copy what it holds beyond it,
-    which dominates a 1 MiB signed push. The checks are werkzeug's: a declared length over the limit is
-    413 before reading, a failing read is ClientDisconnected; a body without a length (chunked) is
-    capped by CappedInput, which create_app puts in front of the app.
+    which dominates a 1 MiB signed push. A declared length over the limit is 413 before reading; a body
+    without a length (chunked) is capped by CappedInput, which create_app puts in front of the app.
+    A body that breaks off or has a malformed chunk is handled as webhook does: the error is logged, the
+    hook gets what arrived before it, and the answer closes the connection.
     """
     # Without a declared length the body is chunked, and CappedInput enforces the limit while reading.
     limit = request.max_content_length if request.content_length is not None else None
@@ -119,8 +134,16 @@ def read_body() -> bytes:
             raise RequestEntityTooLarge()
     try:
         return bytes(stream.read() if limit is None else stream.read(limit))
-    except (OSError, ValueError) as exc:
-        raise ClientDisconnected() from exc
+    except HTTPException:
+        raise  # 413 from CappedInput, 408 from -read-timeout: answers of their own
+    except Exception as exc:
+        log.request(rid, f"error reading the request body: {_go_body_error(exc)}")
+        request.environ[BODY_FAILED_KEY] = True
+    try:
+        # What arrived before the error: gunicorn keeps it, and its failed reader now reports the end.
+        return bytes(stream.read() if limit is None else stream.read(limit))
+    except Exception:
+        return b""
 
 
 def go_method() -> str:
@@ -340,6 +363,8 @@ class HookApp:
             metrics.record_request(self.known_id(hook_id), metrics.ERROR)
             headers = {**self.global_headers, "X-Content-Type-Options": "nosniff"}
             response = answer(500, b"Internal Server Error\n", headers, TEXT_PLAIN)
+        if request.environ.get(BODY_FAILED_KEY):
+            response.headers["Connection"] = "close"  # net/http does not reuse it after a broken body
         if self.config.debug:
             self.dump_response(rid, response)
         self.access_log(rid, response, started)
@@ -539,7 +564,7 @@ class HookApp:
             # Under -debug the dumper has already read (and cached) the body; a server that does not end
             # the input stream itself (not gunicorn: a test client) gets werkzeug's guarded reading.
             direct = not self.config.debug and "wsgi.input_terminated" in environ
-            req.body = read_body() if direct else request.get_data(cache=False)
+            req.body = read_body(rid) if direct else request.get_data(cache=False)
 
         try:
             if "json" in content_type:

@@ -20,6 +20,12 @@ class GoResponse(gunicorn.http.wsgi.Response):
             line for line in super().default_headers() if not line.startswith("Server:") and line != implicit
         ]
 
+    def process_headers(self, headers: list[tuple[str, str]]) -> None:
+        # gunicorn drops an application's hop-by-hop `Connection: close`; honour it by closing.
+        super().process_headers(headers)
+        if any(name.lower() == "connection" and value.strip().lower() == "close" for name, value in headers):
+            self.force_close()
+
 
 # Go's httpguts.ValidHostHeader: the bytes a Host header may hold.
 _HOST_BYTES = frozenset(
