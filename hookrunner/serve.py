@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import queue
+import re
 import signal
 import socket
 import ssl
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 # gunicorn.glogging and concurrent.futures.thread are imported lazily by gunicorn; after -setuid/-setgid
 # the interpreter's files may be out of reach, so they are loaded here, before the privileges go.
 import gunicorn.glogging  # noqa: F401
+import gunicorn.http.message
 import gunicorn.http.wsgi
 import gunicorn.workers.gthread
 from gunicorn.app.base import BaseApplication
@@ -249,6 +251,9 @@ class HookWorker(ThreadWorker):
     def init_process(self) -> None:
         # Go's net/http sends no Server header; swap the response class in this process only.
         gunicorn.http.wsgi.Response = GoResponse
+        # Go takes bytes 0x80-0xFF in the request target as they are (curl sends `?name=é` unescaped);
+        # gunicorn refuses them with a 400. Controls and DEL stay refused, as url.ParseRequestURI does.
+        gunicorn.http.message.RFC9112_TARGET_INVALID = re.compile(r"[^\x21-\x7e\x80-\xff]")
         # Connections read under -read-timeout (slow clients); also in this process only.
         gunicorn.workers.gthread.TConn = _TimedConn
         self._reloader = _Reloader(_ctx.registry)

@@ -186,3 +186,28 @@ def test_client_gone_mid_chunk_leaves_the_server_serving(hookrunner: Server) -> 
     assert hookrunner.wait_for_log("error reading the request body: unexpected EOF")
     still_serving(hookrunner.port)
     assert "Traceback" not in hookrunner.log, hookrunner.log
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        # curl sends `?q=é` unescaped; Go takes the bytes as they are (gunicorn answered 400).
+        (b"/hooks/form?q=\xc3\xa9", b"HTTP/1.1 200 OK"),
+        (b"/hooks/form?q=\xff%ff", b"HTTP/1.1 200 OK"),
+        (b"/hooks/\xc3\xa9", b"HTTP/1.1 404 Not Found"),
+        (b"/hooks/form?q=\x01", b"HTTP/1.1 400 Bad Request"),  # controls stay refused
+        (b"/hooks/form?q=\x7f", b"HTTP/1.1 400 Bad Request"),
+    ],
+)
+def test_raw_non_ascii_request_target_is_taken_as_go_does(
+    hookrunner: Server, reference: int | None, target: bytes, expected: bytes
+) -> None:
+    data = b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    head, body = answer_body(exchange(hookrunner.port, data))
+    assert head.startswith(expected + b"\r\n"), head
+    if expected.endswith(b"200 OK"):
+        assert body == b" " + target.split(b"=", 1)[1].replace(b"%ff", b"\xff") + b"\n"
+    if reference is not None:
+        ref_head, ref_body = answer_body(exchange(reference, data))
+        assert (ref_head.split(b"\r\n", 1)[0], ref_body) == (head.split(b"\r\n", 1)[0], body)
+    still_serving(hookrunner.port)
