@@ -372,7 +372,8 @@ class HookApp:
 
     def handle(self, rid: str, hook_id: str) -> Answer:
         method = go_method()
-        log.request(rid, f"incoming HTTP {method} request from {self.remote_addr()}\n", event="incoming")
+        remote_addr = self.remote_addr()
+        log.request(rid, f"incoming HTTP {method} request from {remote_addr}\n", event="incoming")
         hook = self.registry.match(hook_id)
         if hook is None:
             metrics.record_request("", metrics.NOT_FOUND)  # unknown ids share one label
@@ -388,7 +389,7 @@ class HookApp:
         log.request(rid, f"{hook_id} got matched\n", hook=hook.id, event="matched")
         headers = dict(self.global_headers)
 
-        req = self.parse_request(rid, hook)
+        req = self.parse_request(rid, hook, remote_addr)
         if isinstance(req, Answer):
             metrics.record_request(hook.id, metrics.ERROR)
             return req
@@ -547,14 +548,14 @@ class HookApp:
             headers.setdefault("Content-Length", environ["CONTENT_LENGTH"])
         return headers
 
-    def parse_request(self, rid: str, hook: Hook) -> Request | Answer:
+    def parse_request(self, rid: str, hook: Hook, remote_addr: str) -> Request | Answer:
         environ = request.environ
         content_type = hook.incoming_payload_content_type or environ.get("CONTENT_TYPE", "")
         headers: dict[str, Any] = self.request_headers(environ)
         req = Request(
             id=rid,
             method=go_method(),
-            remote_addr=self.remote_addr(),
+            remote_addr=remote_addr,
             content_type=content_type,
             headers=headers,
             query=dict(go_parse_query(environ.get("QUERY_STRING", "").encode("latin-1"))[0]),

@@ -484,20 +484,23 @@ class _Lexer:
             return True
         return self.input.startswith(_RIGHT, self.pos)
 
-    def _lex_char(self) -> Any:
+    def _lex_escaped(self, close: str, unterminated: str, token: Any) -> Any:
+        """A character constant or an interpreted string: escapes skip a byte, a newline ends it badly."""
         while True:
             ch = self._next()
             if ch == "\\":
-                nxt = self._next()
-                if nxt not in ("", "\n"):
+                if self._next() not in ("", "\n"):
                     continue
-                return self._errorf("unterminated character constant")
+                return self._errorf(unterminated)
             if ch in ("", "\n"):
-                return self._errorf("unterminated character constant")
-            if ch == "'":
+                return self._errorf(unterminated)
+            if ch == close:
                 break
-        self._emit(_Tok.CHAR_CONSTANT)
+        self._emit(token)
         return self._lex_inside_action
+
+    def _lex_char(self) -> Any:
+        return self._lex_escaped("'", "unterminated character constant", _Tok.CHAR_CONSTANT)
 
     def _lex_number(self) -> Any:
         if not self._scan_number():
@@ -538,19 +541,7 @@ class _Lexer:
         return True
 
     def _lex_quote(self) -> Any:
-        while True:
-            ch = self._next()
-            if ch == "\\":
-                nxt = self._next()
-                if nxt not in ("", "\n"):
-                    continue
-                return self._errorf("unterminated quoted string")
-            if ch in ("", "\n"):
-                return self._errorf("unterminated quoted string")
-            if ch == '"':
-                break
-        self._emit(_Tok.STRING)
-        return self._lex_inside_action
+        return self._lex_escaped('"', "unterminated quoted string", _Tok.STRING)
 
     def _lex_raw_quote(self) -> Any:
         while True:

@@ -7,9 +7,13 @@ Tests that need the reference binary carry `@pytest.mark.reference`; they are sk
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from integration_harness import REFERENCE_BINARY, ServerPool, reference_available
+
+if TYPE_CHECKING:
+    from test_serving import Server
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +32,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "reference" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Server]]:
+    """hookrunner processes a test started (test_serving.Server); killed if the test left them running."""
+    started: list[Server] = []
+    yield started
+    for server in started:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait(timeout=10)
+        if server.process.stdout:
+            server.process.stdout.close()

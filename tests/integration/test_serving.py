@@ -19,15 +19,11 @@ from pathlib import Path
 
 import pytest
 import trustme
+from integration_harness import free_port
 
 HOOKRUNNER = str(Path(sys.executable).with_name("hookrunner"))
 LOG_LINE = re.compile(r"^\[webhook\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d ")
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(check: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05) -> bool:
@@ -124,18 +120,6 @@ class Server:
         finally:
             if self.process.stdout:
                 self.process.stdout.close()
-
-
-@pytest.fixture
-def servers() -> Iterator[list[Server]]:
-    started: list[Server] = []
-    yield started
-    for server in started:
-        if server.process.poll() is None:
-            server.process.kill()
-            server.process.wait(timeout=10)
-        if server.process.stdout:
-            server.process.stdout.close()
 
 
 ECHO_HOOK = {"id": "hello", "execute-command": "/bin/echo", "response-message": "hi there"}

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 import requests
 import yaml
+from integration_harness import free_port
 
 from hookrunner.errors import TemplateError
 from hookrunner.gotemplate import render_hooks_template
@@ -95,11 +95,6 @@ def test_fixture_without_optional_hook(fixture: str, monkeypatch: pytest.MonkeyP
 # ---------------------------------------------------------------------------------------------------------
 # Against the reference binary.
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
