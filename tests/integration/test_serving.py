@@ -151,12 +151,8 @@ def test_serves_http_with_webhooks_startup_log(tmp_path: Path, servers: list[Ser
 
 
 def test_tls_request(tmp_path: Path, servers: list[Server]) -> None:
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "cert.pem"))
-    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
-    server = Server(tmp_path, [ECHO_HOOK], "-secure", "-cert", str(tmp_path / "cert.pem"),
-                    "-key", str(tmp_path / "key.pem"), "-tls-min-version", "1.3")
+    ca, flags = _tls_files(tmp_path)
+    server = Server(tmp_path, [ECHO_HOOK], *flags, "-tls-min-version", "1.3")
     servers.append(server)
     client = ssl.create_default_context()
     ca.configure_trust(client)
@@ -180,6 +176,66 @@ def test_tls_request(tmp_path: Path, servers: list[Server]) -> None:
     with pytest.raises(ssl.SSLError):
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
             old.wrap_socket(raw, server_hostname="127.0.0.1").close()
+
+
+def _tls_files(tmp_path: Path) -> tuple[trustme.CA, list[str]]:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "cert.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    return ca, ["-secure", "-cert", str(tmp_path / "cert.pem"), "-key", str(tmp_path / "key.pem")]
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["http", "https"])
+def test_kept_alive_connection_with_and_without_pauses(tmp_path: Path, servers: list[Server], secure: bool) -> None:
+    # A worker thread waits briefly for the next request on a kept-alive connection before handing it
+    # back to the poller (serve.KEEPALIVE_LINGER, 10 ms): requests that follow at once take the first
+    # path, those after a longer pause the second; requests 64 and up one thread's run limit. All are
+    # answered on the one connection.
+    ca, flags = _tls_files(tmp_path) if secure else (None, [])
+    server = Server(tmp_path, [ECHO_HOOK], *flags)
+    servers.append(server)
+    client = ssl.create_default_context()
+    if ca is not None:
+        ca.configure_trust(client)
+
+    def connect() -> http.client.HTTPConnection:
+        if secure:
+            return http.client.HTTPSConnection("127.0.0.1", server.port, context=client, timeout=10)
+        return http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+
+    server.ready(connect)
+    conn = connect()
+    pauses = [0.0, 0.0, 0.05, 0.0, 0.3, 0.0] + [0.0] * 70
+    first_socket = None
+    for n, pause in enumerate(pauses):
+        time.sleep(pause)
+        conn.request("POST", "/hooks/hello")
+        answer = conn.getresponse()
+        assert (answer.status, answer.read()) == (200, b"hi there"), n
+        first_socket = first_socket or conn.sock
+        assert conn.sock is first_socket, f"request {n} needed a new connection"
+    conn.close()
+
+    # Two requests in separate writes (separate TLS records under -secure) before the first is answered.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        sock = client.wrap_socket(raw, server_hostname="127.0.0.1") if secure else raw
+        try:
+            sock.sendall(b"POST /hooks/hello HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            sock.sendall(b"GET /hooks/nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            data = _read_until_closed(sock)
+        finally:
+            sock.close()
+    assert data.startswith(b"HTTP/1.1 200 OK\r\n") and b"\r\n\r\nhi there" in data
+    second = data.split(b"hi there", 1)[1]
+    assert second.startswith(b"HTTP/1.1 404 Not Found\r\n") and second.endswith(b"\r\n\r\nHook not found.")
 
 
 def test_unix_socket_request_and_cleanup(tmp_path: Path, servers: list[Server]) -> None:
