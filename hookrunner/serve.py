@@ -9,7 +9,6 @@ import math
 import os
 import queue
 import re
-import select
 import signal
 import socket
 import ssl
@@ -44,12 +43,6 @@ from hookrunner.watcher import HooksWatcher
 
 #: Threads of the worker: each request that captures a command's output holds one while it runs.
 THREADS = 64
-#: How long a thread that answered a kept-alive connection waits for that client's next request before
-#: handing the connection back to the poller; a busy client sends it within a millisecond or two.
-KEEPALIVE_LINGER = 0.01
-#: Requests one thread serves in a row on one connection before the poller gets it back, so that a
-#: client that never pauses cannot keep a thread to itself.
-KEEPALIVE_RUN = 64
 
 
 class Registry(Protocol):
@@ -238,21 +231,6 @@ class _TimedConn(TConn):
             unreader.sock = self.reader
 
 
-def _next_request_ready(conn: Any, wait: float) -> bool:
-    """Whether the connection's next request has begun to arrive, waiting at most `wait` seconds."""
-    if conn.parser.unreader.buf.getvalue():
-        return True  # read ahead already (pipelined, or a drained body ran into it)
-    sock = conn.sock
-    if isinstance(sock, ssl.SSLSocket) and sock.pending():
-        return True  # decrypted and held by the TLS layer: the socket itself may never be readable again
-    poller = select.poll()
-    try:
-        poller.register(sock, select.POLLIN)
-        return bool(poller.poll(wait * 1000))
-    except (OSError, ValueError):
-        return False
-
-
 def _peer_text(peer: Any) -> str:
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "@"
 
@@ -317,18 +295,11 @@ class HookWorker(ThreadWorker):
         self.wsgi = with_header_list
 
     def handle(self, conn: Any) -> Any:
-        # A kept-alive connection whose next request is already on its way is served again on this
-        # thread: handing it back to the poller and from there to a pool thread costs each request
-        # several thread switches, which is most of what keep-alive saves (docs/performance.md).
-        for _ in range(KEEPALIVE_RUN):
-            # Each request on a kept-alive connection gets the whole -read-timeout again.
-            reader = getattr(conn, "reader", None)
-            if reader is not None:
-                reader.new_request()
-            keep = super().handle(conn)
-            if keep is not True or not self.alive or not _next_request_ready(conn, KEEPALIVE_LINGER):
-                return keep
-        return True
+        # Each request on a kept-alive connection gets the whole -read-timeout again.
+        reader = getattr(conn, "reader", None)
+        if reader is not None:
+            reader.new_request()
+        return super().handle(conn)
 
     def handle_request(self, req: Any, conn: Any) -> bool:
         # net/http checks the Host header before any handler runs, and answers in its own plain format.

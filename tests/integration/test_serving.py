@@ -195,10 +195,9 @@ def _read_until_closed(sock: socket.socket) -> bytes:
 
 @pytest.mark.parametrize("secure", [False, True], ids=["http", "https"])
 def test_kept_alive_connection_with_and_without_pauses(tmp_path: Path, servers: list[Server], secure: bool) -> None:
-    # A worker thread waits briefly for the next request on a kept-alive connection before handing it
-    # back to the poller (serve.KEEPALIVE_LINGER, 10 ms): requests that follow at once take the first
-    # path, those after a longer pause the second; requests 64 and up one thread's run limit. All are
-    # answered on the one connection.
+    # Requests that follow at once, after short and long pauses, and more than 64 of them (a number a
+    # worker could count per connection): all are answered on the one connection. (A worker thread that
+    # kept serving its connection itself was tried and measured: docs/performance.md.)
     ca, flags = _tls_files(tmp_path) if secure else (None, [])
     server = Server(tmp_path, [ECHO_HOOK], *flags)
     servers.append(server)
