@@ -52,20 +52,27 @@ class _Gate(Generic[T]):
         self.pending: deque[Job[T]] = deque()
 
 
+#: An admitted run: the hook id, its gate and the job.
+_Task = tuple[str, _Gate[T], Job[T]]
+
+
 class Scheduler(Generic[T]):
     """Admits jobs per key (the hook id) and runs each on its own thread, within a global cap."""
 
     def __init__(self, max_running: int = 0) -> None:
         self._lock = threading.Lock()
         self._gates: dict[str, _Gate[T]] = {}
-        self._global = threading.BoundedSemaphore(max_running) if max_running > 0 else None
-        self._waiting_global = 0
+        # The global cap (0: none): runs past it wait in one first-in, first-out line, without a thread
+        # each; a finishing run's thread takes the first in line.
+        self._cap = max(max_running, 0)
+        self._capped = 0  # runs holding one of the cap's slots
+        self._waiting: deque[_Task[T]] = deque()
         # Admitted runs not yet finished, and the command threads waiting for one: a finished run's
         # thread waits a while for the next run instead of exiting, since starting a thread costs the
         # request that needs it a wait for the new thread to be scheduled.
         self._active = 0
         self._idle_threads = 0
-        self._handover: queue.SimpleQueue[tuple[str, _Gate[T], Job[T]]] = queue.SimpleQueue()
+        self._handover: queue.SimpleQueue[_Task[T]] = queue.SimpleQueue()
         self._idle = threading.Condition(self._lock)
 
     # --- counts, for logs and metrics ---
@@ -73,12 +80,12 @@ class Scheduler(Generic[T]):
     @property
     def running(self) -> int:
         with self._lock:
-            return sum(g.running for g in self._gates.values()) - self._waiting_global
+            return sum(g.running for g in self._gates.values()) - len(self._waiting)
 
     @property
     def queued(self) -> int:
         with self._lock:
-            return sum(len(g.pending) for g in self._gates.values()) + self._waiting_global
+            return sum(len(g.pending) for g in self._gates.values()) + len(self._waiting)
 
     def submit(self, key: str, limits: Limits, work: Callable[[], T]) -> tuple[Future[T], str]:
         """Admit `work`; returns its future and how it was admitted: `started`, `queued` or `coalesced`.
@@ -112,17 +119,23 @@ class Scheduler(Generic[T]):
         return job.future, "started"
 
     def _admit(self, key: str, gate: _Gate[T], job: Job[T]) -> threading.Thread | None:
-        """Hand the run to a waiting thread, or return a new thread for the caller to start once the lock
-        is released. Called with the lock held."""
+        """Start the run under the global cap: hand it to a waiting thread, or return a new thread for the
+        caller to start once the lock is released, or put it in the global line. Called with the lock
+        held."""
         gate.running += 1
         self._active += 1
+        if self._cap:
+            if self._capped >= self._cap:
+                self._waiting.append((key, gate, job))
+                return None
+            self._capped += 1
         if self._idle_threads:
             self._idle_threads -= 1
             self._handover.put((key, gate, job))
             return None
         return threading.Thread(target=self._serve, args=((key, gate, job),), name="command", daemon=True)
 
-    def _serve(self, task: tuple[str, _Gate[T], Job[T]]) -> None:
+    def _serve(self, task: _Task[T]) -> None:
         """A command thread: runs its run, then the runs handed to it, until idle for IDLE_THREAD_SECONDS."""
         while True:
             following = self._run(*task)
@@ -141,25 +154,16 @@ class Scheduler(Generic[T]):
                         self._idle_threads -= 1
                         return
 
-    def _run(self, key: str, gate: _Gate[T], job: Job[T]) -> tuple[str, _Gate[T], Job[T]] | None:
-        """Run one job; returns the hook's next queued run, admitted for this same thread to run."""
+    def _run(self, key: str, gate: _Gate[T], job: Job[T]) -> _Task[T] | None:
+        """Run one job; returns the next run for this same thread: the hook's next queued run, or under a
+        global cap the first run in the global line (the hook's next run joins the line at its end)."""
         threading.current_thread().name = f"command-{key}"
         try:
-            if self._global is not None:
-                with self._lock:
-                    self._waiting_global += 1
-                self._global.acquire()
-                with self._lock:
-                    self._waiting_global -= 1
-            try:
-                if job.future.set_running_or_notify_cancel():
-                    try:
-                        job.future.set_result(job.work())
-                    except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
-                        job.future.set_exception(exc)
-            finally:
-                if self._global is not None:
-                    self._global.release()
+            if job.future.set_running_or_notify_cancel():
+                try:
+                    job.future.set_result(job.work())
+                except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                    job.future.set_exception(exc)
         finally:
             with self._lock:
                 gate.running -= 1
@@ -169,6 +173,14 @@ class Scheduler(Generic[T]):
                     gate.running += 1
                     self._active += 1
                     following = (key, gate, gate.pending.popleft())
+                if self._cap:
+                    self._capped -= 1
+                    if following is not None:
+                        self._waiting.append(following)
+                    following = None
+                    if self._waiting:
+                        self._capped += 1
+                        following = self._waiting.popleft()
                 self._idle.notify_all()
         return following
 

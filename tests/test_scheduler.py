@@ -98,6 +98,40 @@ def test_global_cap_makes_runs_wait() -> None:
     assert scheduler.wait_idle(5)
 
 
+def command_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("command"))
+
+
+def test_runs_past_the_global_cap_wait_in_line_without_a_thread_each() -> None:
+    before = command_threads()
+    scheduler: Scheduler[str] = Scheduler(max_running=1)
+    gate = Gate()
+    futures = [scheduler.submit(f"h{i % 7}", Limits(), gate.work(str(i)))[0] for i in range(300)]
+    assert (scheduler.running, scheduler.queued) == (1, 299)
+    assert command_threads() - before <= 1  # the other 299 hold no thread
+    gate.release.set()
+    assert [f.result(5) for f in futures] == [str(i) for i in range(300)]
+    assert gate.ran == [str(i) for i in range(300)]  # one at a time, first in, first out
+    assert scheduler.wait_idle(5)
+    assert (scheduler.running, scheduler.queued) == (0, 0)
+
+
+def test_a_hooks_next_queued_run_joins_the_global_line_at_its_end() -> None:
+    scheduler: Scheduler[str] = Scheduler(max_running=1)
+    gate = Gate()
+    one = Limits(max_concurrency=1, max_queue=5)
+    first, _ = scheduler.submit("a", one, gate.work("a1"))
+    wait_for(lambda: scheduler.running == 1)
+    second, how = scheduler.submit("a", one, gate.work("a2"))  # behind a1, by the hook's own limit
+    assert how == "queued"
+    other, how = scheduler.submit("b", Limits(), gate.work("b1"))  # behind a1, by the global cap
+    assert how == "started"
+    assert scheduler.queued == 2
+    gate.release.set()
+    assert [f.result(5) for f in (first, second, other)] == ["a1", "a2", "b1"]
+    assert gate.ran == ["a1", "b1", "a2"]
+
+
 def test_errors_reach_the_future() -> None:
     scheduler: Scheduler[str] = Scheduler()
 

@@ -198,6 +198,37 @@ def test_queue_is_fifo_and_a_full_queue_answers_429_with_retry_after(
     assert [seq for _, _, seq in runs(record)] == ["0", "1", "2"]  # first in, first out; 3 never ran
 
 
+def worker_threads(server: Server) -> int:
+    """The number of threads of the server's worker process (its one child)."""
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
+    assert len(children) == 1, children
+    return len(os.listdir(f"/proc/{children[0]}/task"))
+
+
+def test_max_concurrent_commands_runs_the_rest_in_line_without_a_thread_each(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    record, gate = tmp_path / "runs", tmp_path / "gate"
+    hooks = [recorder_hook("a", record, str(gate)), recorder_hook("b", record, str(gate))]
+    server = start(tmp_path, servers, hooks, "-max-concurrent-commands", "1")
+    for _ in range(5):
+        assert server.request("GET", "/")[0] == 200
+    idle = worker_threads(server)
+    for i in range(40):  # one after another: the answers need no threads of their own
+        assert server.request("POST", f"/hooks/{'ab'[i % 2]}?seq={i}")[::2] == (200, b"accepted")
+    assert wait_until(lambda: len(records(record)) == 1)  # run 0 holds the only slot
+    # 39 runs wait for it. They used to wait on a thread each; now they wait in a line.
+    assert worker_threads(server) - idle <= 5
+    time.sleep(0.3)
+    assert len(records(record)) == 1
+    gate.write_text("go")
+    assert wait_until(lambda: len(runs(record)) == 40, timeout=60), records(record)
+    done = runs(record)
+    assert [seq for _, _, seq in done] == [str(i) for i in range(40)]  # first in, first out, over hooks
+    for (_, previous_end, _), (next_start, _, _) in zip(done, done[1:], strict=False):
+        assert next_start >= previous_end  # one at a time
+
+
 def test_coalescing_collapses_a_burst_into_one_more_run_with_the_latest_payload(
     tmp_path: Path, servers: list[Server]
 ) -> None:
