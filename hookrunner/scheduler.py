@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from hookrunner.errors import HookrunnerError
+from hookrunner.log import log
 
 T = TypeVar("T")
 
@@ -115,7 +116,8 @@ class Scheduler(Generic[T]):
                 return job.future, "queued"
         # Started outside the lock: Thread.start() waits until the new thread runs, which under load takes
         # long enough to stall every other submit and finish queued behind the lock.
-        thread.start()
+        if not self._start(thread, (key, gate, job)):
+            raise job.future.exception() or RuntimeError("no thread for the run")
         return job.future, "started"
 
     def _admit(self, key: str, gate: _Gate[T], job: Job[T]) -> threading.Thread | None:
@@ -129,11 +131,41 @@ class Scheduler(Generic[T]):
                 self._waiting.append((key, gate, job))
                 return None
             self._capped += 1
+        return self._thread_for((key, gate, job))
+
+    def _thread_for(self, task: _Task[T]) -> threading.Thread | None:
+        """Hand an admitted run to a waiting thread, or return a new thread to start once the lock is
+        released. Called with the lock held."""
         if self._idle_threads:
             self._idle_threads -= 1
-            self._handover.put((key, gate, job))
+            self._handover.put(task)
             return None
-        return threading.Thread(target=self._serve, args=((key, gate, job),), name="command", daemon=True)
+        return threading.Thread(target=self._serve, args=(task,), name="command", daemon=True)
+
+    def _start(self, thread: threading.Thread, task: _Task[T]) -> bool:
+        """Start a new command thread for `task`; returns whether it started.
+
+        When the process cannot start another thread, the run fails with that error (on its future) and
+        gives up its place in the hook's gate and under the cap, as a finished run does; a run that then
+        gets the place needs a thread too, and fails the same way if there is none. So nothing is left
+        waiting for a place that is never given back.
+        """
+        own = True  # the thread is for the caller's run
+        while True:
+            try:
+                thread.start()
+                return own
+            except RuntimeError as exc:  # "can't start new thread": out of memory or of processes
+                key, gate, job = task
+                log.output(f"cannot start a thread to run hook {key}: {exc}")
+                if job.future.set_running_or_notify_cancel():
+                    job.future.set_exception(exc)
+                with self._lock:
+                    following = self._finished(key, gate)
+                    new = self._thread_for(following) if following is not None else None
+                if new is None or following is None:
+                    return False
+                thread, task, own = new, following, False
 
     def _serve(self, task: _Task[T]) -> None:
         """A command thread: runs its run, then the runs handed to it, until idle for IDLE_THREAD_SECONDS."""
@@ -166,22 +198,28 @@ class Scheduler(Generic[T]):
                     job.future.set_exception(exc)
         finally:
             with self._lock:
-                gate.running -= 1
-                self._active -= 1
-                following = None
-                if gate.pending:
-                    gate.running += 1
-                    self._active += 1
-                    following = (key, gate, gate.pending.popleft())
-                if self._cap:
-                    self._capped -= 1
-                    if following is not None:
-                        self._waiting.append(following)
-                    following = None
-                    if self._waiting:
-                        self._capped += 1
-                        following = self._waiting.popleft()
-                self._idle.notify_all()
+                following = self._finished(key, gate)
+        return following
+
+    def _finished(self, key: str, gate: _Gate[T]) -> _Task[T] | None:
+        """A run of `key` is over: its places go to the next runs; returns the run that now has them, for
+        the caller's thread. Called with the lock held."""
+        gate.running -= 1
+        self._active -= 1
+        following = None
+        if gate.pending:
+            gate.running += 1
+            self._active += 1
+            following = (key, gate, gate.pending.popleft())
+        if self._cap:
+            self._capped -= 1
+            if following is not None:
+                self._waiting.append(following)
+            following = None
+            if self._waiting:
+                self._capped += 1
+                following = self._waiting.popleft()
+        self._idle.notify_all()
         return following
 
     def wait_idle(self, timeout: float) -> bool:

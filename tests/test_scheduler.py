@@ -3,6 +3,7 @@
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 
 import pytest
 
@@ -130,6 +131,28 @@ def test_a_hooks_next_queued_run_joins_the_global_line_at_its_end() -> None:
     gate.release.set()
     assert [f.result(5) for f in (first, second, other)] == ["a1", "a2", "b1"]
     assert gate.ran == ["a1", "b1", "a2"]
+
+
+def test_a_run_that_gets_no_thread_fails_and_gives_its_place_to_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The process is out of threads once (Thread.start raises, as CPython does then). Meanwhile, another
+    # run has joined the line behind the failing one under the cap of 1: it must get the slot and run.
+    scheduler: Scheduler[str] = Scheduler(max_running=1)
+    real_start = threading.Thread.start
+    later: list[Future[str]] = []
+
+    def start_once_failing(thread: threading.Thread) -> None:
+        if not later:
+            later.append(scheduler.submit("b", Limits(), lambda: "b ran")[0])
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_once_failing)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        scheduler.submit("a", Limits(), lambda: "a ran")
+    assert later[0].result(5) == "b ran"
+    assert scheduler.submit("a", Limits(), lambda: "a again")[0].result(5) == "a again"
+    assert scheduler.wait_idle(5)
+    assert (scheduler.running, scheduler.queued) == (0, 0)
 
 
 def test_errors_reach_the_future() -> None:

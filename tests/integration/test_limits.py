@@ -217,8 +217,9 @@ def test_max_concurrent_commands_runs_the_rest_in_line_without_a_thread_each(
     for i in range(40):  # one after another: the answers need no threads of their own
         assert server.request("POST", f"/hooks/{'ab'[i % 2]}?seq={i}")[::2] == (200, b"accepted")
     assert wait_until(lambda: len(records(record)) == 1)  # run 0 holds the only slot
-    # 39 runs wait for it. They used to wait on a thread each; now they wait in a line.
-    assert worker_threads(server) - idle <= 5
+    # 39 runs wait for it. They used to wait on a thread each (+40 threads); now they wait in a line. The
+    # margin is for threads gunicorn's request pool may add meanwhile (2-4 seen).
+    assert worker_threads(server) - idle < 20
     time.sleep(0.3)
     assert len(records(record)) == 1
     gate.write_text("go")
