@@ -19,6 +19,7 @@ from hookrunner.godecode import (
     go_string,
     json_kind,
     parse_go_duration,
+    type_error,
     yaml_v2_scalar,
 )
 from hookrunner.log import log
@@ -114,9 +115,7 @@ def _arguments(value: Any, where: str) -> tuple[Argument, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise HooksFileError(
-            f"json: cannot unmarshal {json_kind(value)} into Go struct field {where} of type []hook.Argument"
-        )
+        raise type_error(value, where, "[]hook.Argument")
     return tuple(decode_argument(item, where) for item in value if item is not None)
 
 
@@ -137,10 +136,7 @@ def _headers(value: Any, where: str) -> tuple[Header, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise HooksFileError(
-            f"json: cannot unmarshal {json_kind(value)} into Go struct field {where} "
-            "of type hook.ResponseHeaders"
-        )
+        raise type_error(value, where, "hook.ResponseHeaders")
     result = []
     for item in value:
         if item is None:
@@ -154,9 +150,7 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise HooksFileError(
-            f"json: cannot unmarshal {json_kind(value)} into Go struct field {where} of type []string"
-        )
+        raise type_error(value, where, "[]string")
     return tuple(go_string(item, where) for item in value)
 
 
