@@ -16,16 +16,12 @@ from hookrunner.gostrconv import quote as go_quote
 from hookrunner.params import argument_value
 from hookrunner.request import Request
 from hookrunner.rules import (
-    MATCH_HASH_SHA1,
-    MATCH_HASH_SHA256,
-    MATCH_HASH_SHA512,
-    MATCH_HMAC_SHA1,
-    MATCH_HMAC_SHA256,
-    MATCH_HMAC_SHA512,
+    DEPRECATED_TWINS,
     MATCH_IP_WHITELIST,
     MATCH_REGEX,
     MATCH_SCALR_SIGNATURE,
     MATCH_VALUE,
+    SIGNATURE_TYPES,
     AndRule,
     EmptyRule,
     MatchRule,
@@ -40,23 +36,6 @@ MAX_VALUE_CHARS = 80
 #: A rule with dozens of alternatives would make an unreadable line; the rest is counted.
 MAX_CLAUSES = 8
 
-_SIGNATURE_TYPES = frozenset(
-    {
-        MATCH_HMAC_SHA1,
-        MATCH_HMAC_SHA256,
-        MATCH_HMAC_SHA512,
-        MATCH_HASH_SHA1,
-        MATCH_HASH_SHA256,
-        MATCH_HASH_SHA512,
-        MATCH_SCALR_SIGNATURE,
-    }
-)
-#: The deprecated names evaluate as their payload-hmac-* twins; the twins do not log a warning each time.
-_QUIET_TYPES = {
-    MATCH_HASH_SHA1: MATCH_HMAC_SHA1,
-    MATCH_HASH_SHA256: MATCH_HMAC_SHA256,
-    MATCH_HASH_SHA512: MATCH_HMAC_SHA512,
-}
 #: Parameters whose name says they carry a credential: their value is never shown.
 _CREDENTIAL_WORDS = (
     "token", "secret", "signature", "password", "passwd", "authorization", "api-key", "apikey"
@@ -176,7 +155,7 @@ def _leaf(rule: MatchRule, req: Request, path: str, negated: bool) -> Clause:
         seen = None
     if seen is None:
         shown = None
-    elif kind in _SIGNATURE_TYPES or _looks_like_credential(rule.parameter.name):
+    elif kind in SIGNATURE_TYPES or _looks_like_credential(rule.parameter.name):
         shown = REDACTED
     elif kind == MATCH_VALUE and ok:
         shown = REDACTED  # equal to the configured value, which is never shown
@@ -262,8 +241,9 @@ def _quiet(rule: Rule, renamed: dict[int, str]) -> Rule:
     if isinstance(rule, NotRule):
         sub = _quiet(rule.rule, renamed)
         return rule if sub is rule.rule else dataclasses.replace(rule, rule=sub)
-    if isinstance(rule, MatchRule) and rule.type in _QUIET_TYPES:
-        twin = dataclasses.replace(rule, type=_QUIET_TYPES[rule.type])
+    if isinstance(rule, MatchRule) and rule.type in DEPRECATED_TWINS:
+        # The deprecated names evaluate as their payload-hmac-* twins, which do not log a warning.
+        twin = dataclasses.replace(rule, type=DEPRECATED_TWINS[rule.type])
         renamed[id(twin)] = rule.type
         return twin
     return rule

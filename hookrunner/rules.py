@@ -48,6 +48,24 @@ MATCH_HASH_SHA256 = "payload-hash-sha256"
 MATCH_HASH_SHA512 = "payload-hash-sha512"
 MATCH_IP_WHITELIST = "ip-whitelist"
 MATCH_SCALR_SIGNATURE = "scalr-signature"
+#: Every match type, in the order webhook's documentation lists them.
+MATCH_TYPES = (
+    MATCH_VALUE, MATCH_REGEX, MATCH_HMAC_SHA1, MATCH_HMAC_SHA256, MATCH_HMAC_SHA512,
+    MATCH_HASH_SHA1, MATCH_HASH_SHA256, MATCH_HASH_SHA512, MATCH_IP_WHITELIST, MATCH_SCALR_SIGNATURE,
+)
+#: The types that check a signature made with the rule's `secret`.
+SIGNATURE_TYPES = frozenset(
+    {
+        MATCH_HMAC_SHA1, MATCH_HMAC_SHA256, MATCH_HMAC_SHA512,
+        MATCH_HASH_SHA1, MATCH_HASH_SHA256, MATCH_HASH_SHA512, MATCH_SCALR_SIGNATURE,
+    }
+)
+#: The deprecated payload-hash-* types and the payload-hmac-* types they are evaluated as.
+DEPRECATED_TWINS = {
+    MATCH_HASH_SHA1: MATCH_HMAC_SHA1,
+    MATCH_HASH_SHA256: MATCH_HMAC_SHA256,
+    MATCH_HASH_SHA512: MATCH_HMAC_SHA512,
+}
 
 
 def _go_bytes(s: str) -> bytes:
@@ -198,9 +216,9 @@ class MatchRule(Rule):
             if self._pattern_error is not None:
                 raise RuleError(self._pattern_error)
             return self._pattern.search(_regexp_subject(arg)) is not None
-        if kind in _DEPRECATED_HASHES:
+        if kind in DEPRECATED_TWINS:
             log.output(_DEPRECATED_HASHES[kind])
-            kind = "payload-hmac-" + kind.rsplit("-", 1)[1]
+            kind = DEPRECATED_TWINS[kind]
         if kind in _HMAC_TYPES:
             digest, prefix = _HMAC_TYPES[kind]
             _check_payload_signature(req.body, self.secret, arg, digest, prefix)

@@ -30,16 +30,11 @@ from hookrunner.hooks import (
     read_hooks_text,
 )
 from hookrunner.rules import (
-    MATCH_HASH_SHA1,
-    MATCH_HASH_SHA256,
-    MATCH_HASH_SHA512,
-    MATCH_HMAC_SHA1,
-    MATCH_HMAC_SHA256,
-    MATCH_HMAC_SHA512,
     MATCH_IP_WHITELIST,
     MATCH_REGEX,
     MATCH_SCALR_SIGNATURE,
-    MATCH_VALUE,
+    MATCH_TYPES,
+    SIGNATURE_TYPES,
     AndRule,
     EmptyRule,
     MatchRule,
@@ -57,14 +52,6 @@ SOURCES = (
 REQUEST_NAMES = ("method", "remote-addr")
 #: parse-parameters-as-json can only replace a value in these.
 JSON_SOURCES = ("header", "url", "query", "payload")
-MATCH_TYPES = (
-    MATCH_VALUE, MATCH_REGEX, MATCH_HMAC_SHA1, MATCH_HMAC_SHA256, MATCH_HMAC_SHA512,
-    MATCH_HASH_SHA1, MATCH_HASH_SHA256, MATCH_HASH_SHA512, MATCH_IP_WHITELIST, MATCH_SCALR_SIGNATURE,
-)
-_SIGNED = (
-    MATCH_HMAC_SHA1, MATCH_HMAC_SHA256, MATCH_HMAC_SHA512,
-    MATCH_HASH_SHA1, MATCH_HASH_SHA256, MATCH_HASH_SHA512, MATCH_SCALR_SIGNATURE,
-)
 #: Evaluation order: a rule object with several of these uses the first one only.
 _RULE_KEYS = ("and", "or", "not", "match")
 _MATCH_KEYS = ("type", "regex", "secret", "value", "parameter", "ip-range")
@@ -187,7 +174,7 @@ def _rule_problems(rule: Any, path: str) -> list[str]:
             problems.append(f"{where}ip-whitelist without ip-range is never satisfied")
         problems += [f"{where}{net}" for net in rule._networks if isinstance(net, str)]
         return problems
-    if rule.type in _SIGNED and not rule.secret:
+    if rule.type in SIGNATURE_TYPES and not rule.secret:
         problems.append(f"{where}{rule.type} without a secret")
     if rule.type != MATCH_SCALR_SIGNATURE:
         problems += _argument_problems(rule.parameter, f"{where}parameter: ")
