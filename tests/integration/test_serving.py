@@ -84,6 +84,13 @@ class Server:
     def log(self) -> str:
         return self.stderr_path.read_text(errors="replace")
 
+    def worker_pid(self) -> int:
+        """The pid of the worker process: the master's one child."""
+        pid = self.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        assert len(children) == 1, children
+        return int(children[0])
+
     def wait_for_log(self, text: str, timeout: float = 10.0) -> bool:
         return wait_until(lambda: text in self.log, timeout)
 
@@ -364,10 +371,9 @@ def test_worker_replaced_after_a_crash_serves_current_hooks(tmp_path: Path, serv
     server = Server(tmp_path, [ECHO_HOOK])
     servers.append(server)
     server.ready()
-    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
-    assert len(children) == 1
+    worker = server.worker_pid()
     server.write_hooks([{"id": "later", "execute-command": "/bin/echo", "response-message": "later"}])
-    os.kill(int(children[0]), signal.SIGKILL)
+    os.kill(worker, signal.SIGKILL)
     # The master starts a new worker, which reads the files again before it answers anything: its very
     # first answer already comes from the current file, not from the hooks of start-up time.
     answers: list[int] = []
