@@ -5,22 +5,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from test_serving import Server, wait_until
 
 #: The promise: within one second of a change, requests see the new hooks.
 DEADLINE = 1.0
-
-
-@pytest.fixture
-def servers() -> Iterator[list[Server]]:
-    started: list[Server] = []
-    yield started
-    for server in started:
-        server.stop()
 
 
 def hook(hook_id: str) -> dict[str, object]:

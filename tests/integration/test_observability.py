@@ -8,24 +8,14 @@ import json
 import os
 import re
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from integration_harness import http_request
 from prometheus_client.parser import text_string_to_metric_families
 from test_serving import LOG_LINE, Server, python_hook, wait_until
 
 SECRET = "hmac-key-that-must-never-be-logged"
 TOKEN = "shared-token-that-must-never-be-logged"
-
-
-@pytest.fixture
-def servers() -> Iterator[list[Server]]:
-    started: list[Server] = []
-    yield started
-    for server in started:
-        server.stop()
 
 
 def replace_hooks(server: Server, text: str) -> None:
