@@ -56,6 +56,27 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def wait_serving(proc: subprocess.Popen[bytes], port: int, timeout: float, what: str, log: Path) -> None:
+    """Wait until `proc` answers 200 on `/` at the port; fails at once, with its log, if it exits."""
+
+    def serving() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited early:\n{log.read_text()}")
+        try:
+            return requests.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200
+        except requests.ConnectionError:
+            return False
+
+    wait_for(serving, timeout, f"{what} to serve")
+
+
+def make_sample_repo(path: Path) -> None:
+    """The sample docs repository (branches main and dev) at `path`, made by devstack.sample_repo."""
+    subprocess.run(
+        [sys.executable, "-m", "devstack.sample_repo", str(path)], cwd=REPO_ROOT, env=devstack_env(), check=True
+    )
+
+
 @dataclass
 class Standin:
     """A running kube-standin process and the files a client needs to talk to it."""

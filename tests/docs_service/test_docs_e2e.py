@@ -25,11 +25,12 @@ from docs_support import (
     REPO_ROOT,
     SERVED_REPOSITORY,
     Standin,
-    devstack_env,
     kube_env,
+    make_sample_repo,
     start_standin,
     stop,
     wait_for,
+    wait_serving,
     write_private,
 )
 
@@ -74,17 +75,8 @@ def start_receiver(
     argv += ["-ip", "127.0.0.1", "-port", str(port)]
     with open(log_path, "wb") as log:
         receiver = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-    def serving() -> bool:
-        if receiver.poll() is not None:
-            raise AssertionError(f"hookrunner exited early:\n{log_path.read_text()}")
-        try:
-            return requests.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200
-        except requests.ConnectionError:
-            return False
-
     try:
-        wait_for(serving, 30, "hookrunner to serve")
+        wait_serving(receiver, port, 30, "hookrunner", log_path)
     except BaseException:
         stop(receiver)
         raise
@@ -94,12 +86,7 @@ def start_receiver(
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
     repo = tmp_path / "docs-repo"
-    subprocess.run(
-        [sys.executable, "-m", "devstack.sample_repo", str(repo)],
-        cwd=REPO_ROOT,
-        env=devstack_env(),
-        check=True,
-    )
+    make_sample_repo(repo)
     standin = start_standin(tmp_path / "kube", repo=repo, run_jobs=True)
     try:
         receiver_log = tmp_path / "receiver.log"
@@ -202,16 +189,7 @@ def test_scripts_dev_walk_through(tmp_path: Path) -> None:
             [str(REPO_ROOT / "scripts" / "dev")], env=env, stdout=out, stderr=subprocess.STDOUT
         )
     try:
-
-        def serving() -> bool:
-            if dev.poll() is not None:
-                raise AssertionError(f"scripts/dev exited early:\n{output.read_text()}")
-            try:
-                return requests.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200
-            except requests.ConnectionError:
-                return False
-
-        wait_for(serving, 60, "scripts/dev to serve")
+        wait_serving(dev, port, 60, "scripts/dev", output)
         children = subprocess.run(
             ["ps", "-o", "pid=", "--ppid", str(dev.pid)], capture_output=True, text=True, check=True
         ).stdout.split()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +10,9 @@ import pytest
 import requests
 from docs_support import (
     ETC,
-    REPO_ROOT,
     SERVED_REPOSITORY,
     Standin,
-    devstack_env,
+    make_sample_repo,
     run_reload,
     start_standin,
     stop,
@@ -93,12 +90,7 @@ def test_paths_with_spaces_survive_the_mapping(tmp_path: Path) -> None:
     """Local paths are shell-quoted when they replace /docs, /output and the clone URL in the script."""
     base = tmp_path / "a dir with spaces"
     repo = base / "docs repo"
-    subprocess.run(
-        [sys.executable, "-m", "devstack.sample_repo", str(repo)],
-        cwd=REPO_ROOT,
-        env=devstack_env(),
-        check=True,
-    )
+    make_sample_repo(repo)
     server = start_standin(base, repo=repo, run_jobs=True)
     try:
         result = run_reload(server, "refs/heads/main", SERVED_REPOSITORY)
