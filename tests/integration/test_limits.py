@@ -17,8 +17,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import trustme
-from test_serving import HOOKRUNNER, Server, free_port, wait_until
+from test_serving import HOOKRUNNER, Server, free_port, tls_files, wait_until
 
 MSG_COMMAND_ERROR = (
     b"Error occurred while executing the hook's command. Please check your logs for more details."
@@ -447,12 +446,8 @@ def test_a_slow_body_is_cut_off_and_runs_nothing(tmp_path: Path, servers: list[S
 
 
 def test_a_stalled_tls_handshake_is_cut_off(tmp_path: Path, servers: list[Server]) -> None:
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "cert.pem"))
-    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
-    server = Server(tmp_path, [{"id": "t", "execute-command": "/bin/true"}], "-secure", "-read-timeout", "1s",
-                    "-cert", str(tmp_path / "cert.pem"), "-key", str(tmp_path / "key.pem"))
+    ca, flags = tls_files(tmp_path)
+    server = Server(tmp_path, [{"id": "t", "execute-command": "/bin/true"}], *flags, "-read-timeout", "1s")
     servers.append(server)
     client = ssl.create_default_context()
     ca.configure_trust(client)

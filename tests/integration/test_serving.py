@@ -129,6 +129,15 @@ class Server:
                 self.process.stdout.close()
 
 
+def tls_files(tmp_path: Path) -> tuple[trustme.CA, list[str]]:
+    """A test CA, and the -secure flags for a certificate it issued for 127.0.0.1 (files in tmp_path)."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "cert.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    return ca, ["-secure", "-cert", str(tmp_path / "cert.pem"), "-key", str(tmp_path / "key.pem")]
+
+
 ECHO_HOOK = {"id": "hello", "execute-command": "/bin/echo", "response-message": "hi there"}
 
 
@@ -158,7 +167,7 @@ def test_serves_http_with_webhooks_startup_log(tmp_path: Path, servers: list[Ser
 
 
 def test_tls_request(tmp_path: Path, servers: list[Server]) -> None:
-    ca, flags = _tls_files(tmp_path)
+    ca, flags = tls_files(tmp_path)
     server = Server(tmp_path, [ECHO_HOOK], *flags, "-tls-min-version", "1.3")
     servers.append(server)
     client = ssl.create_default_context()
@@ -185,14 +194,6 @@ def test_tls_request(tmp_path: Path, servers: list[Server]) -> None:
             old.wrap_socket(raw, server_hostname="127.0.0.1").close()
 
 
-def _tls_files(tmp_path: Path) -> tuple[trustme.CA, list[str]]:
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "cert.pem"))
-    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
-    return ca, ["-secure", "-cert", str(tmp_path / "cert.pem"), "-key", str(tmp_path / "key.pem")]
-
-
 def _read_until_closed(sock: socket.socket) -> bytes:
     data = b""
     while chunk := sock.recv(65536):
@@ -205,7 +206,7 @@ def test_kept_alive_connection_with_and_without_pauses(tmp_path: Path, servers: 
     # Requests that follow at once, after short and long pauses, and more than 64 of them (a number a
     # worker could count per connection): all are answered on the one connection. (A worker thread that
     # kept serving its connection itself was tried and measured: docs/performance.md.)
-    ca, flags = _tls_files(tmp_path) if secure else (None, [])
+    ca, flags = tls_files(tmp_path) if secure else (None, [])
     server = Server(tmp_path, [ECHO_HOOK], *flags)
     servers.append(server)
     client = ssl.create_default_context()
