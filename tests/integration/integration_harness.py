@@ -272,13 +272,18 @@ class Server:
         return entries
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process, grace=10)
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM, then SIGKILL if the process is still there after `grace` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 def render_hooks(fmt: str, dest_dir: Path, workdir: Path) -> Path:

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from integration_harness import free_port
+from integration_harness import free_port, stop_process
 
 from hookrunner.errors import TemplateError
 from hookrunner.gotemplate import render_hooks_template
@@ -130,13 +129,7 @@ def start_reference(files: list[Path], env: dict[str, str], workdir: Path, progr
 
 
 def stop_reference(ref: Reference) -> None:
-    if ref.proc.poll() is None:
-        ref.proc.send_signal(signal.SIGTERM)
-        try:
-            ref.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            ref.proc.kill()
-            ref.proc.wait()
+    stop_process(ref.proc, grace=5)
 
 
 @pytest.fixture
