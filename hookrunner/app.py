@@ -446,7 +446,7 @@ class HookApp:
             return answer(429, b"Too many runs of this hook are already running or queued.", headers)
         metrics.record_request(hook.id, metrics.SERVED)
         if hook.capture_output:
-            result = future.result()
+            result = self.runner.wait_for(future)
             if not result.ok:
                 if hook.capture_output_on_error:
                     return answer(500, result.output, headers)

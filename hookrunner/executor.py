@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -156,6 +157,9 @@ class CommandRunner:
     ) -> None:
         self.command_timeout = command_timeout
         self.kill_grace = kill_grace
+        #: How a request waits for the run whose output it answers with. A serving worker whose requests
+        #: are greenlets replaces it with a wait that does not block its event loop (greenworker).
+        self.wait_for: Callable[[Future[CommandResult]], CommandResult] = Future.result
         self._lock = threading.Lock()
         self._processes: set[subprocess.Popen[bytes]] = set()
         self._scheduler: Scheduler[CommandResult] = Scheduler(max_concurrent)

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from hookrunner.serve import ClientReadTimeout, _DeadlineSocket
+from hookrunner.worker import ClientReadTimeout
+from hookrunner.worker import DeadlineSocket as _DeadlineSocket
 
 
 @pytest.fixture
