@@ -52,6 +52,7 @@ class Config:
     validate: bool = False
     trusted_proxies: tuple[str, ...] = ()
     workers: int = 1
+    worker_class: str = "gevent"
     # Observability (docs/observability.md): off, and webhook's own log lines, by default.
     metrics: bool = False
     log_format: str = "text"

@@ -221,6 +221,16 @@ FLAGS: tuple[Flag, ...] = (
     Flag("verbose", "bool", "show verbose output", "verbose"),
     Flag("version", "bool", "display webhook version and quit", "version"),
     Flag(
+        "worker-class",
+        "string",
+        "how a worker serves connections: gevent (greenlets on one event loop) or gthread (a pool of "
+        "64 threads); commands run on threads either way (docs/operations.md)",
+        "worker_class",
+        "gevent",
+        extension=True,
+        choices=("gevent", "gthread"),
+    ),
+    Flag(
         "workers",
         "int",
         "worker processes serving requests; more use more CPU cores, but each has its own "

@@ -1,5 +1,6 @@
 """Serving: gunicorn embedded in-process on an already-bound socket, with webhook's signals and TLS;
-one master preloads app and hooks, one gthread worker serves (see docs/operations.md for why)."""
+one master preloads app and hooks, and one worker serves: the gevent worker (greenworker.py), or with
+-worker-class gthread the threaded worker defined here (see docs/operations.md for why one)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from hookrunner import tls
 from hookrunner.config import Config
+from hookrunner.greenworker import GreenWorker
 from hookrunner.log import json_line, log, rfc3339_now
 from hookrunner.worker import (
     HELD_SIGNALS,
@@ -36,7 +38,7 @@ from hookrunner.worker import (
     handshake_expired,
 )
 
-#: Threads of the worker: each request that captures a command's output holds one while it runs.
+#: Threads of the threaded worker: each request that captures a command's output holds one while it runs.
 THREADS = 64
 
 
@@ -97,7 +99,7 @@ def _end_handshake(sock: socket.socket, peer: Any, limit: float) -> None:
 
 
 class HookWorker(WebhookWorker, ThreadWorker):
-    """gunicorn's threaded worker: a pool of THREADS threads serves requests."""
+    """gunicorn's threaded worker (-worker-class gthread): a pool of THREADS threads serves requests."""
 
     def init_process(self) -> None:
         # Connections read under -read-timeout (slow clients); in this process only.
@@ -243,7 +245,7 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
         "bind": [f"fd://{fd}"],
         # One by default (see docs/operations.md); -workers trades per-process state for CPU cores.
         "workers": max(1, config.workers),
-        "worker_class": HookWorker,
+        "worker_class": GreenWorker if config.worker_class == "gevent" else HookWorker,
         "threads": THREADS,
         "preload_app": True,
         # Commands run in the background of the worker; recycling it would cut them short.

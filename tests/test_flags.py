@@ -145,6 +145,18 @@ def test_workers_flag_sets_gunicorn_workers_and_defaults_to_one() -> None:
     assert gunicorn_options(parse_args(["-workers=0"]), 3)["workers"] == 1  # fewer than one means one
 
 
+def test_worker_class_flag_picks_the_gunicorn_worker_and_defaults_to_gevent() -> None:
+    from hookrunner.greenworker import GreenWorker
+    from hookrunner.serve import HookWorker, gunicorn_options
+
+    assert parse_args([]).worker_class == "gevent"
+    assert gunicorn_options(parse_args([]), 3)["worker_class"] is GreenWorker
+    assert gunicorn_options(parse_args(["-worker-class", "gthread"]), 3)["worker_class"] is HookWorker
+    assert gunicorn_options(parse_args(["-worker-class=gevent"]), 3)["worker_class"] is GreenWorker
+    with pytest.raises(UsageError, match="must be one of gevent, gthread"):
+        parse_args(["-worker-class", "eventlet"])
+
+
 # --- hookrunner's own flags for the safety limits (docs/limits.md) -----------------------------------
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -46,9 +47,14 @@ SERVER_GLOBAL_HEADERS: dict[str, tuple[tuple[str, str], ...]] = {
 FORMATS = ("json", "yaml")
 
 
+#: Flags given to every hookrunner server these tests start, after its own: scripts/test runs the
+#: integration tests a second time with HOOKRUNNER_TEST_FLAGS="-worker-class gthread".
+HOOKRUNNER_TEST_FLAGS = shlex.split(os.environ.get("HOOKRUNNER_TEST_FLAGS", ""))
+
+
 def implementation_argv(impl: str) -> list[str]:
     if impl == "hookrunner":
-        return [sys.executable, "-m", "hookrunner"]
+        return [sys.executable, "-m", "hookrunner", *HOOKRUNNER_TEST_FLAGS]
     if impl == "reference":
         return [str(REFERENCE_BINARY)]
     raise ValueError(impl)

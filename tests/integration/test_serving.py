@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import trustme
-from integration_harness import free_port
+from integration_harness import HOOKRUNNER_TEST_FLAGS, free_port
 
 HOOKRUNNER = str(Path(sys.executable).with_name("hookrunner"))
 LOG_LINE = re.compile(r"^\[webhook\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d ")
@@ -69,7 +69,7 @@ class Server:
             self.write_hooks(hooks)
         self.port = port or free_port()
         self.stderr_path = tmp / f"stderr-{self.port}.txt"
-        self.argv = [HOOKRUNNER, "-hooks", str(self.hooks_path), "-verbose", *flags]
+        self.argv = [HOOKRUNNER, "-hooks", str(self.hooks_path), "-verbose", *HOOKRUNNER_TEST_FLAGS, *flags]
         if tcp:
             self.argv += ["-ip", "127.0.0.1", "-port", str(self.port)]
         with open(self.stderr_path, "wb") as err:

@@ -1,0 +1,285 @@
+"""The gevent worker (-worker-class gevent, the default): each connection is a greenlet on one event
+loop, while hook commands keep running on native threads as under the threaded worker.
+
+Nothing is monkey-patched: only the worker's own sockets are gevent sockets (the listener, and through
+it every accepted connection). The command threads, their `subprocess` pipes, the reloader, the hooks
+watcher and every lock and queue stay the standard library's, so a command is spawned with vfork as
+before; the one place a request waits for a native thread, the output of a command it captures, waits
+through an async watcher of the loop (wait_for_run), never on the loop itself. See
+docs/performance.md for what this buys and docs/operations.md for the choice between workers.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import ssl
+import threading
+import time
+from concurrent.futures import Future
+from functools import partial
+from typing import Any, TypeVar
+
+import gevent
+import gevent.local
+import gevent.pool
+import gevent.server
+import gevent.socket
+import gevent.ssl
+from gevent.hub import Waiter
+from gunicorn import http, util
+from gunicorn.workers.base_async import AsyncWorker
+from gunicorn.workers.ggevent import GeventWorker
+
+from hookrunner.worker import DeadlineSocket, WebhookWorker, ctx, handshake_expired
+
+T = TypeVar("T")
+
+#: How often the worker's main greenlet looks at whether it is to stop (and tells the master it lives).
+TICK = 0.1
+
+#: How long the unread rest of a request body may take to drain before the connection is kept alive;
+#: gunicorn's threaded worker allows as much.
+DRAIN_SECONDS = 5.0
+
+
+def wait_for_run(future: Future[T]) -> T:
+    """The result of a command run on a native thread, waited for by a greenlet: other greenlets are
+    served meanwhile. (Future.result() would block the whole loop.)"""
+    if not future.done():
+        watcher = gevent.get_hub().loop.async_()
+        waiter: Waiter[None] = Waiter()
+        watcher.start(waiter.switch, None)
+        # The command's thread rings the watcher (the loop's thread-safe doorbell) unless this greenlet
+        # has stopped waiting (killed by a stop whose grace is over) and closed it.
+        guard = threading.Lock()
+        waiting = True
+
+        def wake(_: Future[T]) -> None:
+            with guard:
+                if waiting:
+                    watcher.send()
+
+        try:
+            future.add_done_callback(wake)
+            waiter.get()
+        finally:
+            with guard:
+                waiting = False
+                watcher.close()
+    return future.result()
+
+
+class _RequestReader:
+    """The connection as gunicorn's parser reads it, in three states.
+
+    - *Waiting* for the first byte of a request: after a first request, for at most the keep-alive
+      time (an idle connection is then closed, as the threaded worker does); before the first request,
+      for at most -read-timeout. A stopping worker closes the connections in this state.
+    - *Reading* a request: every read shares the -read-timeout deadline (DeadlineSocket), which counts
+      from the first byte (from the connection's start for its first request).
+    - *Draining* the unread rest of a body after the answer: reads are bounded by the drain's own
+      timeout, which gunicorn sets.
+    """
+
+    def __init__(self, sock: Any, read_timeout: float, keepalive: float, peer: Any) -> None:
+        self._sock = sock
+        self._read_timeout = read_timeout
+        self._keepalive = keepalive
+        self._deadline = DeadlineSocket(sock, read_timeout, peer) if read_timeout > 0 else None
+        self._first = True
+        self.waiting = True
+        self._draining = False
+        self._caller_timeout: float | None = None
+        self._stopping = False
+
+    def request_done(self) -> None:
+        """The answer is sent; what is read now is the rest of the body, until next_request()."""
+        self._draining = True
+
+    def next_request(self) -> None:
+        self._draining = False
+        self.waiting = True
+        if self._deadline is not None:
+            self._deadline.new_request()
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._caller_timeout = timeout
+
+    def gettimeout(self) -> float | None:
+        return self._caller_timeout
+
+    def recv(self, size: int) -> bytes:
+        if self.waiting:
+            return self._first_bytes(size)
+        if self._draining or self._deadline is None:
+            return self._read(size, self._caller_timeout)
+        self._deadline.settimeout(self._caller_timeout)
+        return self._deadline.recv(size)
+
+    def _first_bytes(self, size: int) -> bytes:
+        began = time.monotonic()
+        if self._first:
+            limit = self._read_timeout or None
+        else:
+            limit = self._keepalive or None
+        try:
+            data = self._read(size, limit)
+        except TimeoutError:
+            if self._first and self._deadline is not None:
+                self._deadline.deadline = began
+                self._deadline.recv(size)  # past its deadline: logs, and raises ClientReadTimeout
+            return b""  # idle for longer than keep-alive: closed quietly, as an idle connection is
+        except OSError:
+            if self._stopping:
+                return b""  # close_if_waiting() cancelled the wait
+            raise
+        self.waiting = False
+        if self._deadline is not None:
+            self._deadline.deadline = (began if self._first else time.monotonic()) + self._read_timeout
+        self._first = False
+        return data
+
+    def _read(self, size: int, timeout: float | None) -> bytes:
+        self._sock.settimeout(timeout)
+        try:
+            data: bytes = self._sock.recv(size)
+            return data
+        finally:
+            try:
+                self._sock.settimeout(None)
+            except OSError:
+                pass
+
+    def close_if_waiting(self) -> None:
+        """Stopping: a connection waiting for a request gets none (its read ends at once)."""
+        if self.waiting:
+            self._stopping = True
+            try:
+                self._sock.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class GreenWorker(WebhookWorker, GeventWorker):
+    """gunicorn's gevent worker with HTTP/1.1 served by hookrunner's own connection loop: the TLS
+    handshake and request reads under -read-timeout, and idle connections closed when it stops."""
+
+    sockets: list[Any]
+
+    def patch(self) -> None:
+        # gunicorn's GeventWorker monkey-patches the whole standard library here. Only the listening
+        # sockets change: to gevent sockets, whose accepted connections are gevent sockets too.
+        self.sockets = [
+            gevent.socket.socket(s.FAMILY, socket.SOCK_STREAM, fileno=s.sock.detach()) for s in self.sockets
+        ]
+
+    def init_process(self) -> None:
+        self._readers: set[_RequestReader] = set()
+        ctx.runner.wait_for = wait_for_run
+        super().init_process()
+
+    def request_local(self) -> Any:
+        return gevent.local.local()
+
+    def run(self) -> None:
+        servers: list[gevent.server.StreamServer] = []
+        pools: list[gevent.pool.Pool] = []
+        for listener in self.sockets:
+            listener.setblocking(True)
+            pool = gevent.pool.Pool(self.worker_connections)
+            server = gevent.server.StreamServer(listener, handle=partial(self.handle, listener), spawn=pool)
+            if self.cfg.workers > 1:
+                server.max_accept = 1  # leave the next connection to another worker
+            server.start()
+            servers.append(server)
+            pools.append(pool)
+        while self.alive:
+            self.notify()
+            gevent.sleep(TICK)
+        for server in servers:
+            server.close()  # accept nothing more
+        deadline = time.monotonic() + self.cfg.graceful_timeout
+        while any(pool.free_count() != pool.size for pool in pools):
+            for reader in list(self._readers):
+                reader.close_if_waiting()
+            if time.monotonic() >= deadline:
+                self.log.warning("Worker graceful timeout (pid:%s)", self.pid)
+                for server in servers:
+                    server.stop(timeout=1)
+                break
+            self.notify()
+            gevent.sleep(TICK)
+        self.finish_commands()
+
+    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+        client.setblocking(1)
+        req = None
+        reader: _RequestReader | None = None
+        try:
+            if ctx.ssl_context is not None:
+                client = self._handshake(client, addr)
+                if client is None:
+                    return
+            reader = _RequestReader(client, ctx.config.read_timeout, self.cfg.keepalive, addr)
+            self._readers.add(reader)
+            parser = http.get_parser(self.cfg, reader, addr)
+            listener_name = listener.getsockname()
+            while True:
+                req = None
+                req = next(parser)
+                if not req or not self.handle_request(listener_name, req, client, addr):
+                    break
+                reader.request_done()
+                if not parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS):
+                    break
+                reader.next_request()
+        except (http.errors.NoMoreData, StopIteration):
+            pass  # the client went away, or the connection is not to be kept alive
+        except ssl.SSLError as exc:
+            if exc.args[0] != ssl.SSL_ERROR_EOF:
+                self.handle_error(req, client, addr, exc)
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                self.log.exception("Socket error processing request.")
+        except Exception as exc:  # noqa: BLE001 - answered as gunicorn's workers answer it
+            self.handle_error(req, client, addr, exc)
+        finally:
+            if reader is not None:
+                self._readers.discard(reader)
+            util.close(client)
+
+    def _handshake(self, client: Any, addr: Any) -> Any:
+        """The TLS handshake, within -read-timeout; returns the TLS socket, or None when it timed out."""
+        tls_sock = gevent.ssl.SSLSocket(
+            sock=client,
+            server_side=True,
+            do_handshake_on_connect=False,
+            suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,
+            _context=ctx.ssl_context,
+        )
+        limit = ctx.config.read_timeout
+        tls_sock.settimeout(limit or None)
+        try:
+            tls_sock.do_handshake()
+        except TimeoutError:
+            handshake_expired(addr, limit)
+            util.close(tls_sock)
+            return None
+        tls_sock.settimeout(None)
+        return tls_sock
+
+    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> bool:
+        if self.refuse_bad_host(req, sock):
+            return False
+        self._current.req = req  # the app runs in this greenlet, inside the call below
+        try:
+            # AsyncWorker's: GeventWorker's own drops its answer of whether to keep the connection.
+            return bool(AsyncWorker.handle_request(self, listener_name, req, sock, addr))
+        except gevent.GreenletExit:  # killed by a stop whose grace is over
+            return False
+        finally:
+            self._current.req = None
