@@ -77,6 +77,20 @@ def wait_for_run(future: Future[T]) -> T:
     return future.result()
 
 
+def write(sock: Any, data: bytes, chunked: bool = False) -> None:
+    """gunicorn's util.write in this worker: an answer's head or body usually fits the socket's buffer,
+    so it is sent with one send(); gevent's sendall() first asks the kernel for the buffer's size, a
+    system call per write."""
+    if chunked:
+        util.write_chunk(sock, data)
+        return
+    if not data:
+        return  # nothing to send (and TLS refuses a write of nothing)
+    sent = sock.send(data)
+    if sent < len(data):
+        sock.sendall(memoryview(data)[sent:])
+
+
 class _RequestReader:
     """The connection as gunicorn's parser reads it, in three states.
 
@@ -187,6 +201,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
     def init_process(self) -> None:
         self._readers: set[_RequestReader] = set()
         ctx.runner.wait_for = wait_for_run
+        util.write = write
         sys.setswitchinterval(SWITCH_INTERVAL)
         super().init_process()
 

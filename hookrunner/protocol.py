@@ -3,7 +3,9 @@ its Host checks, and its response head (no `Server`, `Connection` only where Go 
 
 from __future__ import annotations
 
+import email.utils
 import ssl
+import time
 
 import gunicorn.http.wsgi
 from gunicorn import util as gunicorn_util
@@ -25,6 +27,22 @@ class GoResponse(gunicorn.http.wsgi.Response):
         super().process_headers(headers)
         if any(name.lower() == "connection" and value.strip().lower() == "close" for name, value in headers):
             self.force_close()
+
+
+_date: tuple[int, str] = (0, "")
+
+
+def http_date(timestamp: float | None = None) -> str:
+    """gunicorn's util.http_date, formatted once a second instead of for every answer's `Date:`."""
+    global _date
+    if timestamp is not None:
+        return email.utils.formatdate(timestamp, usegmt=True)
+    now = int(time.time())
+    second, text = _date
+    if second != now:
+        text = email.utils.formatdate(now, usegmt=True)
+        _date = (now, text)
+    return text
 
 
 # Go's httpguts.ValidHostHeader: the bytes a Host header may hold.

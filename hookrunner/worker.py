@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import gunicorn.http.message
 import gunicorn.http.wsgi
+import gunicorn.util
 from gunicorn.workers.base import Worker
 from werkzeug.exceptions import RequestTimeout
 from werkzeug.wrappers import Response as WerkzeugResponse
@@ -25,7 +26,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from hookrunner.app import HEADER_LIST_KEY
 from hookrunner.config import Config
 from hookrunner.log import log
-from hookrunner.protocol import GoResponse, go_host_problem, go_parse_error, go_plain_error
+from hookrunner.protocol import GoResponse, go_host_problem, go_parse_error, go_plain_error, http_date
 from hookrunner.statuses import status_line
 from hookrunner.watcher import HooksWatcher
 
@@ -199,6 +200,7 @@ class WebhookWorker(Worker):
         # Go takes bytes 0x80-0xFF in the request target as they are (curl sends `?name=é` unescaped);
         # gunicorn refuses them with a 400. Controls and DEL stay refused, as url.ParseRequestURI does.
         gunicorn.http.message.RFC9112_TARGET_INVALID = re.compile(r"[^\x21-\x7e\x80-\xff]")
+        gunicorn.util.http_date = http_date
         self._reloader = _Reloader(ctx.registry)
         if self.age > 1:
             # A replacement worker starts from the master's start-up hooks; catch up with the files

@@ -12,7 +12,7 @@ import gevent
 import gevent.socket
 import pytest
 
-from hookrunner.greenworker import _RequestReader, wait_for_run
+from hookrunner.greenworker import _RequestReader, wait_for_run, write
 from hookrunner.worker import ClientReadTimeout
 
 
@@ -177,3 +177,25 @@ def test_stopping_ends_a_connection_waiting_for_a_request_only(
     gevent.sleep(0.05)
     reader.close_if_waiting()
     assert waiter.get(timeout=2) == b""
+
+
+def test_write_sends_everything_in_one_send_or_more(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    write(server, b"HTTP/1.1 200 OK\r\n\r\n")
+    assert client.recv(100) == b"HTTP/1.1 200 OK\r\n\r\n"
+    write(server, b"")  # nothing at all is sent
+    big = bytes(range(256)) * 16384  # 4 MiB: more than a socket buffer takes at once
+    received = bytearray()
+
+    def read() -> None:
+        while len(received) < len(big):
+            received.extend(client.recv(1 << 20))
+
+    reader = gevent.spawn(read)
+    write(server, big)
+    reader.get(timeout=10)
+    assert bytes(received) == big
+    write(server, b"abc", chunked=True)
+    assert client.recv(100) == b"3\r\nabc\r\n"

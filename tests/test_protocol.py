@@ -57,3 +57,19 @@ def test_server_side_errors_are_left_to_gunicorn() -> None:
     assert go_parse_error(RuntimeError("app bug")) is None
     assert go_parse_error(http_errors.InvalidResponseHeader("X-Bad")) is None
     assert go_parse_error(ssl.SSLError("handshake")) == b""  # Go just closes
+
+
+def test_http_date_is_gunicorns_date_formatted_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    import email.utils
+
+    from hookrunner import protocol
+
+    now = [1_700_000_000.25]
+    monkeypatch.setattr(protocol.time, "time", lambda: now[0])
+    first = protocol.http_date()
+    assert first == email.utils.formatdate(now[0], usegmt=True) == "Tue, 14 Nov 2023 22:13:20 GMT"
+    now[0] = 1_700_000_000.75  # the same second: the same text
+    assert protocol.http_date() is first
+    now[0] = 1_700_000_001.0
+    assert protocol.http_date() == "Tue, 14 Nov 2023 22:13:21 GMT"
+    assert protocol.http_date(0) == "Thu, 01 Jan 1970 00:00:00 GMT"  # an explicit time is not cached
