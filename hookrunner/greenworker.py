@@ -32,7 +32,7 @@ from gunicorn import http, util
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
 
-from hookrunner.worker import DeadlineSocket, WebhookWorker, ctx, handshake_expired
+from hookrunner.worker import DeadlineSocket, WebhookWorker, ctx, handshake_expired, shutdown_reading
 
 T = TypeVar("T")
 
@@ -113,6 +113,15 @@ class _RequestReader:
         self._draining = False
         self._caller_timeout: float | None = None
         self._stopping = False
+
+    def request_started(self) -> None:
+        """The parser has a request: it is being read even if no read was needed (its head came with
+        the previous request, pipelined), so its body reads are under the deadline, not keep-alive's."""
+        if self.waiting:
+            self.waiting = False
+            self._first = False
+            if self._deadline is not None and self._deadline.deadline is None:
+                self._deadline.deadline = time.monotonic() + self._read_timeout
 
     def request_done(self) -> None:
         """The answer is sent; what is read now is the rest of the body, until next_request()."""
@@ -200,6 +209,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
 
     def init_process(self) -> None:
         self._readers: set[_RequestReader] = set()
+        self._handshaking: set[Any] = set()
         ctx.runner.wait_for = wait_for_run
         util.write = write
         sys.setswitchinterval(SWITCH_INTERVAL)
@@ -229,8 +239,16 @@ class GreenWorker(WebhookWorker, GeventWorker):
         while any(pool.free_count() != pool.size for pool in pools):
             for reader in list(self._readers):
                 reader.close_if_waiting()
+            for tls_sock in list(self._handshaking):
+                shutdown_reading(tls_sock)  # not yet a request: its handshake fails at once
             if time.monotonic() >= deadline:
                 self.log.warning("Worker graceful timeout (pid:%s)", self.pid)
+                # Commands still running are ended first, so that requests waiting for their output
+                # answer (500) as on the threaded worker; what is still open a second later is cut.
+                ctx.runner.shutdown(0)
+                last = time.monotonic() + 1
+                while any(pool.free_count() != pool.size for pool in pools) and time.monotonic() < last:
+                    gevent.sleep(TICK)
                 for server in servers:
                     server.stop(timeout=1)
                 break
@@ -254,9 +272,14 @@ class GreenWorker(WebhookWorker, GeventWorker):
             while True:
                 req = None
                 req = next(parser)
-                if not req or not self.handle_request(listener_name, req, client, addr):
+                if not req:
+                    break
+                reader.request_started()
+                if not self.handle_request(listener_name, req, client, addr):
                     break
                 reader.request_done()
+                if not self.alive:
+                    break  # stopping: no next request on this connection
                 if not parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS):
                     break
                 reader.next_request()
@@ -285,14 +308,17 @@ class GreenWorker(WebhookWorker, GeventWorker):
             _context=ctx.ssl_context,
         )
         limit = ctx.config.read_timeout
-        tls_sock.settimeout(limit or None)
+        self._handshaking.add(tls_sock)
         try:
-            tls_sock.do_handshake()
+            # One bound for the whole handshake: a socket timeout would start again at every read.
+            with gevent.Timeout(limit or None, TimeoutError):
+                tls_sock.do_handshake()
         except TimeoutError:
             handshake_expired(addr, limit)
             util.close(tls_sock)
             return None
-        tls_sock.settimeout(None)
+        finally:
+            self._handshaking.discard(tls_sock)
         return tls_sock
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> bool:

@@ -162,14 +162,25 @@ class DeadlineSocket:
         where = peer_text(self._peer)
         log.output(f"closing the connection from {where}: request not received within {self._limit:g}s")
         # Nothing more is read from this client: a graceful close would otherwise linger reading from it.
-        try:
-            self._sock.shutdown(socket.SHUT_RD)
-        except OSError:
-            pass
+        shutdown_reading(self._sock)
         raise ClientReadTimeout()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
+
+
+def shutdown_reading(sock: Any) -> None:
+    """No more reads from this client, over TLS or not. A TLS socket's own shutdown() also drops its TLS
+    state, and an answer written after it (a 408) would go out in plain text; so the descriptor is shut
+    under the TLS layer: with the plain socket's method for the standard library's TLS socket, and on
+    the raw socket (`_sock`) that a gevent socket wraps."""
+    try:
+        if isinstance(sock, ssl.SSLSocket):
+            socket.socket.shutdown(sock, socket.SHUT_RD)
+        else:
+            getattr(sock, "_sock", sock).shutdown(socket.SHUT_RD)
+    except OSError:
+        pass
 
 
 def peer_text(peer: Any) -> str:

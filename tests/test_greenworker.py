@@ -199,3 +199,22 @@ def test_write_sends_everything_in_one_send_or_more(
     assert bytes(received) == big
     write(server, b"abc", chunked=True)
     assert client.recv(100) == b"3\r\nabc\r\n"
+
+
+def test_a_pipelined_request_is_read_under_the_deadline_not_the_keepalive_time(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    reader = _RequestReader(server, 0.3, 0.1, ("127.0.0.1", 1))
+    client.sendall(b"one")
+    assert reader.recv(100) == b"one"
+    reader.request_done()
+    reader.next_request()
+    # The next request's head was already buffered: the parser has it without reading the socket.
+    reader.request_started()
+    assert not reader.waiting
+    gevent.sleep(0.15)  # longer than keep-alive: a waiting read would have ended the connection
+    client.sendall(b"body")
+    assert reader.recv(100) == b"body"
+    with pytest.raises(ClientReadTimeout):  # and the request's deadline still holds
+        reader.recv(100)

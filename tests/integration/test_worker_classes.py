@@ -4,15 +4,18 @@ gthread (HOOKRUNNER_TEST_FLAGS)."""
 
 from __future__ import annotations
 
+import http.client
+import re
 import signal
 import socket
+import ssl
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from test_limits import python_command, start
-from test_serving import Server, wait_until
+from test_limits import MSG_COMMAND_ERROR, python_command, start
+from test_serving import Server, tls_files, wait_until
 
 WORKER_CLASSES = ("gevent", "gthread")
 
@@ -112,3 +115,139 @@ def test_two_workers_serve_and_stop(tmp_path: Path, servers: list[Server], worke
         thread.join(timeout=30)
     assert results == [(200, b"ok")] * 40
     assert server.stop(timeout=30) == 0
+
+
+def client_hello() -> bytes:
+    """The first flight of a real TLS client: its ClientHello record(s)."""
+    context = ssl.create_default_context()
+    tls = context.wrap_bio(ssl.MemoryBIO(), outgoing := ssl.MemoryBIO(), server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def read_answers(sock: socket.socket, count: int) -> bytes:
+    """Reads until `count` answers with a Content-Length have fully arrived (or the connection ends)."""
+    data = b""
+    while True:
+        answers = data.split(b"HTTP/1.1 ")[1:]
+        if len(answers) >= count:
+            last = answers[-1]
+            head, _, body = last.partition(b"\r\n\r\n")
+            length = re.search(rb"Content-Length: (\d+)", head)
+            if length and len(body) >= int(length.group(1)):
+                return data
+        piece = sock.recv(65536)
+        if not piece:
+            return data
+        data += piece
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("worker_class", WORKER_CLASSES)
+def test_a_pipelined_request_gets_its_whole_body_however_slow(
+    tmp_path: Path, servers: list[Server], worker_class: str
+) -> None:
+    # The second request's head comes with the first request (pipelined), its body only in part; the
+    # rest comes after longer than the keep-alive time, within -read-timeout. It is one request with
+    # that whole body, not a short body and then a new request.
+    echo = {"id": "echo", "execute-command": "/bin/echo", "include-command-output-in-response": True,
+            "pass-arguments-to-command": [{"source": "entire-payload"}]}
+    server = start(tmp_path, servers, [echo], "-worker-class", worker_class)
+    second = b'{"a":"' + b"x" * 40 + b'"}'
+    head = b"POST /hooks/echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
+        sock.sendall(head % 7 + b'{"a":1}' + head % len(second) + second[:10])
+        time.sleep(6)
+        sock.sendall(second[10:])
+        data = read_answers(sock, 2)
+    answers = data.split(b"HTTP/1.1 ")[1:]
+    assert len(answers) == 2, data
+    assert answers[0].startswith(b"200 OK") and answers[0].endswith(b'\r\n\r\n{"a":1}\n')
+    assert answers[1].startswith(b"200 OK") and answers[1].endswith(b"\r\n\r\n" + second + b"\n"), data
+
+
+@pytest.mark.parametrize("worker_class", WORKER_CLASSES)
+def test_a_trickled_tls_handshake_is_cut_at_the_read_timeout(
+    tmp_path: Path, servers: list[Server], worker_class: str
+) -> None:
+    _ca, flags = tls_files(tmp_path)
+    server = Server(tmp_path, [{"id": "t", "execute-command": "/bin/true"}], *flags,
+                    "-worker-class", worker_class, "-read-timeout", "2s")
+    servers.append(server)
+    assert server.wait_for_log("serving hooks on")
+    hello = client_hello()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        began = time.monotonic()
+        closed_after = None
+        for byte in hello:  # one byte every 0.2 s: each read is quick, the handshake never ends
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                closed_after = time.monotonic() - began
+                break
+            time.sleep(0.2)
+            if time.monotonic() - began > 15:
+                break
+    assert closed_after is not None and closed_after < 5, closed_after
+    assert server.wait_for_log("TLS handshake not done within 2s")
+
+
+@pytest.mark.parametrize("worker_class", WORKER_CLASSES)
+def test_a_stop_does_not_wait_for_a_tls_handshake_never_started(
+    tmp_path: Path, servers: list[Server], worker_class: str
+) -> None:
+    ca, flags = tls_files(tmp_path)
+    server = Server(tmp_path, [{"id": "t", "execute-command": "/bin/true"}], *flags,
+                    "-worker-class", worker_class, "-shutdown-timeout", "10s")
+    servers.append(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    server.ready(lambda: http.client.HTTPSConnection("127.0.0.1", server.port, context=client, timeout=10))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10):
+        time.sleep(0.3)
+        began = time.monotonic()
+        server.signal(signal.SIGTERM)
+        assert server.stop(timeout=30) == 0
+        assert time.monotonic() - began < 7  # not the 10 s grace
+
+
+@pytest.mark.parametrize("worker_class", WORKER_CLASSES)
+def test_a_slow_body_over_tls_gets_its_408_over_tls(
+    tmp_path: Path, servers: list[Server], worker_class: str
+) -> None:
+    ca, flags = tls_files(tmp_path)
+    server = Server(tmp_path, [{"id": "t", "execute-command": "/bin/true"}], *flags,
+                    "-worker-class", worker_class, "-read-timeout", "1s")
+    servers.append(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    server.ready(lambda: http.client.HTTPSConnection("127.0.0.1", server.port, context=client, timeout=10))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with client.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+            sock.sendall(b"POST /hooks/t HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
+            answer = b""
+            while piece := sock.recv(4096):  # a TLS error here would mean the answer was not TLS
+                answer += piece
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+    assert answer.endswith(b"\r\n\r\nRequest not received in time.\n")
+
+
+@pytest.mark.parametrize("worker_class", WORKER_CLASSES)
+def test_a_request_waiting_past_the_stop_grace_is_answered_500(
+    tmp_path: Path, servers: list[Server], worker_class: str
+) -> None:
+    slow = {"id": "slow", "include-command-output-in-response": True,
+            **python_command("import time; time.sleep(30)")}
+    server = start(tmp_path, servers, [slow], "-worker-class", worker_class, "-shutdown-timeout", "2s")
+    answers: list[tuple[int, bytes]] = []
+    waiting = threading.Thread(target=lambda: answers.append(server.request("POST", "/hooks/slow")[::2]))
+    waiting.start()
+    assert server.wait_for_log("executing")
+    began = time.monotonic()
+    server.signal(signal.SIGTERM)
+    waiting.join(timeout=20)
+    assert answers == [(500, MSG_COMMAND_ERROR)]
+    assert time.monotonic() - began < 6
+    assert server.stop(timeout=30) == 0
+    assert "shutdown: killing the process group of command" in server.log
