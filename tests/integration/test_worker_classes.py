@@ -126,6 +126,17 @@ def client_hello() -> bytes:
     return outgoing.read()
 
 
+def start_tls(tmp_path: Path, servers: list[Server], *flags: str) -> tuple[Server, ssl.SSLContext]:
+    """A -secure server with one hook, answering; and a client context that trusts it."""
+    ca, tls_flags = tls_files(tmp_path)
+    server = Server(tmp_path, [{"id": "t", "execute-command": "/bin/true"}], *tls_flags, *flags)
+    servers.append(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    server.ready(lambda: http.client.HTTPSConnection("127.0.0.1", server.port, context=client, timeout=10))
+    return server, client
+
+
 def read_answers(sock: socket.socket, count: int) -> bytes:
     """Reads until `count` answers with a Content-Length have fully arrived (or the connection ends)."""
     data = b""
@@ -171,11 +182,7 @@ def test_a_pipelined_request_gets_its_whole_body_however_slow(
 def test_a_trickled_tls_handshake_is_cut_at_the_read_timeout(
     tmp_path: Path, servers: list[Server], worker_class: str
 ) -> None:
-    _ca, flags = tls_files(tmp_path)
-    server = Server(tmp_path, [{"id": "t", "execute-command": "/bin/true"}], *flags,
-                    "-worker-class", worker_class, "-read-timeout", "2s")
-    servers.append(server)
-    assert server.wait_for_log("serving hooks on")
+    server, _client = start_tls(tmp_path, servers, "-worker-class", worker_class, "-read-timeout", "2s")
     hello = client_hello()
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         began = time.monotonic()
@@ -197,13 +204,7 @@ def test_a_trickled_tls_handshake_is_cut_at_the_read_timeout(
 def test_a_stop_does_not_wait_for_a_tls_handshake_never_started(
     tmp_path: Path, servers: list[Server], worker_class: str
 ) -> None:
-    ca, flags = tls_files(tmp_path)
-    server = Server(tmp_path, [{"id": "t", "execute-command": "/bin/true"}], *flags,
-                    "-worker-class", worker_class, "-shutdown-timeout", "10s")
-    servers.append(server)
-    client = ssl.create_default_context()
-    ca.configure_trust(client)
-    server.ready(lambda: http.client.HTTPSConnection("127.0.0.1", server.port, context=client, timeout=10))
+    server, _client = start_tls(tmp_path, servers, "-worker-class", worker_class, "-shutdown-timeout", "10s")
     with socket.create_connection(("127.0.0.1", server.port), timeout=10):
         time.sleep(0.3)
         began = time.monotonic()
@@ -216,13 +217,7 @@ def test_a_stop_does_not_wait_for_a_tls_handshake_never_started(
 def test_a_slow_body_over_tls_gets_its_408_over_tls(
     tmp_path: Path, servers: list[Server], worker_class: str
 ) -> None:
-    ca, flags = tls_files(tmp_path)
-    server = Server(tmp_path, [{"id": "t", "execute-command": "/bin/true"}], *flags,
-                    "-worker-class", worker_class, "-read-timeout", "1s")
-    servers.append(server)
-    client = ssl.create_default_context()
-    ca.configure_trust(client)
-    server.ready(lambda: http.client.HTTPSConnection("127.0.0.1", server.port, context=client, timeout=10))
+    server, client = start_tls(tmp_path, servers, "-worker-class", worker_class, "-read-timeout", "1s")
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
         with client.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
             sock.sendall(b"POST /hooks/t HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
