@@ -112,7 +112,6 @@ class _RequestReader:
         self.waiting = True
         self._draining = False
         self._caller_timeout: float | None = None
-        self._stopping = False
 
     def request_started(self) -> None:
         """The parser has a request: it is being read even if no read was needed (its head came with
@@ -160,10 +159,6 @@ class _RequestReader:
                 self._deadline.deadline = began
                 self._deadline.recv(size)  # past its deadline: logs, and raises ClientReadTimeout
             return b""  # idle for longer than keep-alive: closed quietly, as an idle connection is
-        except OSError:
-            if self._stopping:
-                return b""  # close_if_waiting() cancelled the wait
-            raise
         self.waiting = False
         if self._deadline is not None:
             self._deadline.deadline = (began if self._first else time.monotonic()) + self._read_timeout
@@ -182,13 +177,9 @@ class _RequestReader:
                 pass
 
     def close_if_waiting(self) -> None:
-        """Stopping: a connection waiting for a request gets none (its read ends at once)."""
+        """Stopping: a connection waiting for a request gets none (its read sees the end at once)."""
         if self.waiting:
-            self._stopping = True
-            try:
-                self._sock.shutdown(socket.SHUT_RD)
-            except OSError:
-                pass
+            shutdown_reading(self._sock)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
@@ -235,8 +226,12 @@ class GreenWorker(WebhookWorker, GeventWorker):
             gevent.sleep(TICK)
         for server in servers:
             server.close()  # accept nothing more
+
+        def busy() -> bool:
+            return any(pool.free_count() != pool.size for pool in pools)
+
         deadline = time.monotonic() + self.cfg.graceful_timeout
-        while any(pool.free_count() != pool.size for pool in pools):
+        while busy():
             for reader in list(self._readers):
                 reader.close_if_waiting()
             for tls_sock in list(self._handshaking):
@@ -247,7 +242,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
                 # answer (500) as on the threaded worker; what is still open a second later is cut.
                 ctx.runner.shutdown(0)
                 last = time.monotonic() + 1
-                while any(pool.free_count() != pool.size for pool in pools) and time.monotonic() < last:
+                while busy() and time.monotonic() < last:
                     gevent.sleep(TICK)
                 for server in servers:
                     server.stop(timeout=1)

@@ -77,6 +77,14 @@ def pair() -> Iterator[tuple[gevent.socket.socket, gevent.socket.socket]]:
         client.close()
 
 
+def after_one_request(reader: _RequestReader, client: gevent.socket.socket) -> None:
+    """A first request read and answered: the reader now waits for the next one."""
+    client.sendall(b"one")
+    assert reader.recv(100) == b"one"
+    reader.request_done()
+    reader.next_request()
+
+
 def test_the_first_request_has_the_read_timeout_from_the_start(
     pair: tuple[gevent.socket.socket, gevent.socket.socket],
 ) -> None:
@@ -118,10 +126,7 @@ def test_between_requests_the_wait_is_the_keepalive_time_and_then_the_end(
 ) -> None:
     server, client = pair
     reader = _RequestReader(server, 0.0, 0.2, ("127.0.0.1", 1))
-    client.sendall(b"first")
-    assert reader.recv(100) == b"first"
-    reader.request_done()
-    reader.next_request()
+    after_one_request(reader, client)
     assert reader.waiting
     began = time.monotonic()
     assert reader.recv(100) == b""  # idle past the keep-alive time: the connection ends quietly
@@ -133,10 +138,7 @@ def test_a_later_request_gets_a_whole_read_timeout_from_its_first_byte(
 ) -> None:
     server, client = pair
     reader = _RequestReader(server, 0.3, 5.0, ("127.0.0.1", 1))
-    client.sendall(b"one")
-    assert reader.recv(100) == b"one"
-    reader.request_done()
-    reader.next_request()
+    after_one_request(reader, client)
     gevent.sleep(0.4)  # idle for longer than the read timeout: that is keep-alive time, not the request's
     client.sendall(b"two")
     assert reader.recv(100) == b"two"
@@ -206,10 +208,7 @@ def test_a_pipelined_request_is_read_under_the_deadline_not_the_keepalive_time(
 ) -> None:
     server, client = pair
     reader = _RequestReader(server, 0.3, 0.1, ("127.0.0.1", 1))
-    client.sendall(b"one")
-    assert reader.recv(100) == b"one"
-    reader.request_done()
-    reader.next_request()
+    after_one_request(reader, client)
     # The next request's head was already buffered: the parser has it without reading the socket.
     reader.request_started()
     assert not reader.waiting
