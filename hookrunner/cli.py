@@ -310,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         for problem in problems:
             log.output(problem)
+        if listener is not None:
+            listener.sock.close()
         return 1
     assert listener is not None
     log.enabled = config.log_enabled
@@ -328,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run(config, listener)
     finally:
         if os.getpid() == master:
+            listener.sock.close()  # also on the exits before serving (no hooks, a bad -template file)
             if pidfile:
                 try:
                     os.remove(pidfile)
