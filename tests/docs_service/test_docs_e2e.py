@@ -11,7 +11,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 import requests
 import yaml
+from command_under_test import HOOKRUNNER_BIN
 from docs_support import (
     ETC,
     REPO_ROOT,
@@ -34,7 +34,7 @@ from docs_support import (
     write_private,
 )
 
-HOOKRUNNER = Path(sys.executable).parent / "hookrunner"
+HOOKRUNNER = Path(HOOKRUNNER_BIN)
 DEV_ONLY_TEXT = "This page exists only on the dev branch."
 
 pytestmark = pytest.mark.slow

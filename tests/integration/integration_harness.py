@@ -1,7 +1,7 @@
 """Real-process plumbing for the integration suite: start servers on free ports, talk raw HTTP, read logs.
 
 Servers are started lazily, one per (implementation, hooks format, flag set), and live for the whole
-session, so each hooks file is loaded once. `hookrunner` is run as `python -m hookrunner`; the reference
+session, so each hooks file is loaded once. `hookrunner` is the command named by command_under_test; the reference
 is /usr/bin/webhook and tests that need it carry the `reference` marker and skip only when it is absent.
 """
 
@@ -14,13 +14,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from command_under_test import HOOKRUNNER_BIN
 
 HERE = Path(__file__).resolve().parent
 ECHO = HERE / "echo_command.py"
@@ -54,7 +54,7 @@ HOOKRUNNER_TEST_FLAGS = shlex.split(os.environ.get("HOOKRUNNER_TEST_FLAGS", ""))
 
 def implementation_argv(impl: str) -> list[str]:
     if impl == "hookrunner":
-        return [sys.executable, "-m", "hookrunner", *HOOKRUNNER_TEST_FLAGS]
+        return [HOOKRUNNER_BIN, *HOOKRUNNER_TEST_FLAGS]
     if impl == "reference":
         return [str(REFERENCE_BINARY)]
     raise ValueError(impl)

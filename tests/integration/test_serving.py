@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 import trustme
+from command_under_test import HOOKRUNNER_BIN
 from integration_harness import HOOKRUNNER_TEST_FLAGS, free_port
 
-HOOKRUNNER = str(Path(sys.executable).with_name("hookrunner"))
+HOOKRUNNER = HOOKRUNNER_BIN
 LOG_LINE = re.compile(r"^\[webhook\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d ")
 
 

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 import requests
 import yaml
+from command_under_test import HOOKRUNNER_BIN
 from integration_harness import free_port, stop_process
 
 from hookrunner.errors import TemplateError
@@ -35,7 +35,7 @@ FIXTURES = ["hooks.json.tmpl", "hooks.yaml.tmpl"]
 # Values chosen to need js escaping: quote, backslash, < > & =, a tab and a non-ASCII letter.
 FIXTURE_ENV = {"HR_TPL_SECRET": 'pa"ss\\wo<r>d&=é\t1', "HR_TPL_BRANCH": "main", "HR_TPL_EXTRA": "extra-hook"}
 WEBHOOK = shutil.which("webhook") or "/usr/bin/webhook"
-HOOKRUNNER = str(Path(sys.executable).with_name("hookrunner"))
+HOOKRUNNER = HOOKRUNNER_BIN
 
 
 def vector(name: str) -> dict[str, Any]:
