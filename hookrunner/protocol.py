@@ -4,9 +4,12 @@ its Host checks, and its response head (no `Server`, `Connection` only where Go 
 from __future__ import annotations
 
 import email.utils
+import re
 import ssl
 import time
+from typing import Any
 
+import gunicorn.http.message
 import gunicorn.http.wsgi
 from gunicorn import util as gunicorn_util
 from gunicorn.http import errors as http_errors
@@ -58,8 +61,90 @@ def go_plain_error(code: int, text: str, body: str | None = None) -> bytes:
     return (head + body).encode("latin-1")
 
 
+# httpguts.ValidHeaderFieldName (a token) and ValidHeaderFieldValue (no control byte but HTAB; 0x80-0xFF
+# are fine). gunicorn refuses the same bytes, but as it meets them, line by line.
+_HEADER_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAD_VALUE_BYTE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+# Header lines whose bad value gunicorn must still see: its errors for them are Go's own (a bad
+# Content-Length is a plain 400, a bad Transfer-Encoding a 501), which come before the server's checks.
+_FRAMING_HEADERS = (b"content-length", b"transfer-encoding")
+
+
+def go_header_block(block: bytes) -> tuple[bytes, str]:
+    """A request's header block read as Go 1.19 reads it, before gunicorn parses it: returns the block for
+    gunicorn and the problem net/http's server finds in the header names and values ("" for none).
+
+    Go reports such a problem only after its own parse errors and its Host checks, where gunicorn would
+    refuse the line at once; so lines with a bad name are left out, and control bytes in a value become
+    0x80 (which no Host header may hold either). Lines with an empty name are skipped, as textproto does;
+    a block that textproto cannot read raises gunicorn's InvalidHeader, a plain 400 as in Go."""
+    lines = block.split(b"\r\n")
+    if lines[0][:1] in (b" ", b"\t"):
+        raise http_errors.InvalidHeader("malformed MIME header initial line")
+    kept: list[bytes] = []
+    bad_name = bad_value = False
+    skipping = False
+    for line in lines:
+        if line[:1] in (b" ", b"\t"):  # a folded continuation of the previous field
+            if skipping:
+                continue
+            if _BAD_VALUE_BYTE.search(line) and kept[-1].partition(b":")[0].lower() not in _FRAMING_HEADERS:
+                bad_value = True
+                line = _BAD_VALUE_BYTE.sub(b"\x80", line)
+            kept.append(line)
+            continue
+        name, colon, value = line.partition(b":")
+        if not colon:
+            raise http_errors.InvalidHeader("malformed MIME header line")
+        skipping = not name or not _HEADER_NAME.fullmatch(name)
+        if skipping:
+            bad_name = bad_name or bool(name)
+            continue
+        if _BAD_VALUE_BYTE.search(value) and name.lower() not in _FRAMING_HEADERS:
+            bad_value = True
+            line = name + b":" + _BAD_VALUE_BYTE.sub(b"\x80", value)
+        kept.append(line)
+    # Go looks at the names and values in its map's random order; a request with both problems may get
+    # either answer there. Here it is always the name.
+    problem = "invalid header name" if bad_name else "invalid header value" if bad_value else ""
+    return b"\r\n".join(kept), problem
+
+
+class GoRequest(gunicorn.http.message.Request):
+    """gunicorn's request, its header block read as net/http reads it (go_header_block)."""
+
+    go_problem = ""
+
+    def parse_headers(self, data: bytes, from_trailer: bool = False) -> Any:
+        if from_trailer:
+            return super().parse_headers(data, from_trailer)
+        data, self.go_problem = go_header_block(data)
+        if not data:
+            return []
+        try:
+            return super().parse_headers(data, from_trailer)
+        except http_errors.ExpectationFailed:
+            # net/http answers an Expect it does not know only once its Host and header checks pass.
+            headers = super().parse_headers(_without_expect(data), from_trailer)
+            if self.go_problem or go_host_problem(self.version, self.method, headers):
+                return headers
+            raise
+
+
+def _without_expect(block: bytes) -> bytes:
+    kept: list[bytes] = []
+    skipping = False
+    for line in block.split(b"\r\n"):
+        if line[:1] not in (b" ", b"\t"):
+            skipping = line.partition(b":")[0].lower() == b"expect"
+        if not skipping:
+            kept.append(line)
+    return b"\r\n".join(kept)
+
+
 def go_host_problem(version: tuple[int, int], method: str, headers: list[tuple[str, str]]) -> str:
-    """Why net/http would refuse this request's Host header, or "" when it would not."""
+    """Why net/http would refuse this request's Host header, or "" when it would not. (Its next checks,
+    of header names and values, are GoRequest.go_problem's.)"""
     hosts = [value for name, value in headers if name.upper() == "HOST"]
     if not hosts and version >= (1, 1) and method != "CONNECT":
         return "missing required Host header"
