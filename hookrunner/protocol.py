@@ -114,6 +114,9 @@ class GoRequest(gunicorn.http.message.Request):
     """gunicorn's request, its header block read as net/http reads it (go_header_block)."""
 
     go_problem = ""
+    #: `Expect: 100-continue` was asked for: `100 Continue` is sent at the first read of the body
+    #: (ContinueOnRead), where gunicorn would send it before the app runs.
+    go_expects_continue = False
 
     def parse_headers(self, data: bytes, from_trailer: bool = False) -> Any:
         if from_trailer:
@@ -122,13 +125,62 @@ class GoRequest(gunicorn.http.message.Request):
         if not data:
             return []
         try:
-            return super().parse_headers(data, from_trailer)
+            headers = super().parse_headers(data, from_trailer)
         except http_errors.ExpectationFailed:
             # net/http answers an Expect it does not know only once its Host and header checks pass.
             headers = super().parse_headers(_without_expect(data), from_trailer)
-            if self.go_problem or go_host_problem(self.version, self.method, headers):
-                return headers
-            raise
+            if not (self.go_problem or go_host_problem(self.version, self.method, headers)):
+                raise
+        self.go_expects_continue = bool(getattr(self, "_expected_100_continue", False))
+        self._expected_100_continue = False
+        return headers
+
+
+class ContinueOnRead:
+    """A request body that sends `100 Continue` before its first read, as Go's expectContinueReader does:
+    a handler that answers without reading the body (an unknown hook, say) sends none."""
+
+    def __init__(self, stream: Any, sock: Any) -> None:
+        self._stream = stream
+        self._sock: Any = sock
+
+    def _continue(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            except OSError:
+                pass
+
+    def read(self, *args: Any) -> bytes:
+        self._continue()
+        data: bytes = self._stream.read(*args)
+        return data
+
+    def readline(self, *args: Any) -> bytes:
+        self._continue()
+        data: bytes = self._stream.readline(*args)
+        return data
+
+    def readlines(self, *args: Any) -> list[bytes]:
+        self._continue()
+        lines: list[bytes] = self._stream.readlines(*args)
+        return lines
+
+    def __iter__(self) -> Any:
+        self._continue()
+        return iter(self._stream)
+
+
+def go_sends_continue(req: Any, environ: dict[str, Any]) -> bool:
+    """Whether net/http would answer this request's `Expect: 100-continue`: on HTTP/1.1, for a body that
+    is not empty (a declared length over 0, or chunked)."""
+    if not getattr(req, "go_expects_continue", False) or req.version < (1, 1):
+        return False
+    if "HTTP_TRANSFER_ENCODING" in environ:
+        return True
+    length = environ.get("CONTENT_LENGTH") or "0"
+    return length.isdigit() and int(length) > 0
 
 
 def _without_expect(block: bytes) -> bytes:

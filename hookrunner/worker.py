@@ -28,11 +28,13 @@ from hookrunner.app import HEADER_LIST_KEY
 from hookrunner.config import Config
 from hookrunner.log import log
 from hookrunner.protocol import (
+    ContinueOnRead,
     GoRequest,
     GoResponse,
     go_host_problem,
     go_parse_error,
     go_plain_error,
+    go_sends_continue,
     http_date,
 )
 from hookrunner.statuses import status_line
@@ -256,6 +258,9 @@ class WebhookWorker(Worker):
             req = getattr(current, "req", None)
             if req is not None:
                 environ[HEADER_LIST_KEY] = tuple(req.headers)
+                sock = getattr(current, "sock", None)
+                if sock is not None and go_sends_continue(req, environ):
+                    environ["wsgi.input"] = ContinueOnRead(environ["wsgi.input"], sock)
             return app(environ, start_response)
 
         self.wsgi = with_header_list
