@@ -213,10 +213,7 @@ ROOT_HEADERS: dict[str, object] = {
 }
 
 
-B64_FILE_ONLY = (
-    b"arg: showfile=MY_FILE showfile=HOOK_OTHER showfile=MY_B64\nfile MY_FILE: unset\nfile HOOK_OTHER: unset\n"
-    b"file MY_B64: "
-)
+B64_FILE_ONLY = b"arg: showfile=MY_B64\nfile MY_B64: "
 
 
 def _c(name: str, path: str, **kw: object) -> Case:
@@ -1109,7 +1106,7 @@ CASES: list[Case] = [
     # decoded before the error.
     _c(
         "pass-file-base64-line-break-form",
-        "/hooks/file",
+        "/hooks/file-b64",
         headers=FORM,
         body=b"b64=aGVs%0AbG8%3D",
         files_removed=True,
@@ -1117,7 +1114,7 @@ CASES: list[Case] = [
     ),
     _c(
         "pass-file-base64-line-breaks-json",
-        "/hooks/file",
+        "/hooks/file-b64",
         headers=JSON,
         body=b'{"b64":"\\r\\naGVs\\r\\nbG8\\n=\\n"}',
         files_removed=True,
@@ -1125,7 +1122,7 @@ CASES: list[Case] = [
     ),
     _c(
         "pass-file-base64-corrupt",
-        "/hooks/file",
+        "/hooks/file-b64",
         headers=JSON,
         body=b'{"b64":"aGVs\\nbG8"}',
         files_removed=True,
