@@ -627,6 +627,18 @@ PROTOCOL_CASES = [
     ("empty-header-name-skipped", b"GET / HTTP/1.1\r\nHost: x\r\n: a\x01b\r\nConnection: close\r\n\r\n",
      b"HTTP/1.1 200 OK\r\nDate: DATE\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n"
      b"Content-Length: 2\r\n\r\nOK"),
+    # No 100 Continue when the handler reads no body, or an empty one (integration_cases.py has the case
+    # that gets one); no length on an empty HEAD answer; a redirect keeps the raw query.
+    ("continue-not-sent-for-unknown-hook",
+     b"POST /hooks/nope HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\n",
+     b"HTTP/1.1 404 Not Found\r\nDate: DATE\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n"
+     b"Content-Length: 15\r\n\r\nHook not found."),
+    ("continue-not-sent-for-empty-body",
+     b"POST /hooks/hello HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+     b"HTTP/1.1 200 OK\r\nDate: DATE\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n"
+     b"Content-Length: 8\r\n\r\nhi there"),
+    ("head-without-body-has-no-length", b"HEAD //hooks/hello?\xe9=[x] HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+     b"HTTP/1.1 301 Moved Permanently\r\nDate: DATE\r\nConnection: close\r\nLocation: /hooks/hello?\xe9=[x]\r\n\r\n"),
     ("header-over-1mb", b"GET / HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 1_100_000 + b"\r\n\r\n",
      b"HTTP/1.1 431 Request Header Fields Too Large\r\n" + PLAIN + b"431 Request Header Fields Too Large"),
     ("transfer-encoding-gzip", b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
