@@ -110,6 +110,10 @@ def go_header_block(block: bytes) -> tuple[bytes, str]:
     return b"\r\n".join(kept), problem
 
 
+class HeadExpectationFailed(http_errors.ExpectationFailed):
+    """An unknown Expect on a HEAD request: net/http's 417 then has no Content-Length (no body written)."""
+
+
 class GoRequest(gunicorn.http.message.Request):
     """gunicorn's request, its header block read as net/http reads it (go_header_block)."""
 
@@ -126,10 +130,12 @@ class GoRequest(gunicorn.http.message.Request):
             return []
         try:
             headers = super().parse_headers(data, from_trailer)
-        except http_errors.ExpectationFailed:
+        except http_errors.ExpectationFailed as exc:
             # net/http answers an Expect it does not know only once its Host and header checks pass.
             headers = super().parse_headers(_without_expect(data), from_trailer)
             if not (self.go_problem or go_host_problem(self.version, self.method, headers)):
+                if self.method == "HEAD":
+                    raise HeadExpectationFailed(exc.expect) from None
                 raise
         self.go_expects_continue = bool(getattr(self, "_expected_100_continue", False))
         self._expected_100_continue = False
@@ -217,8 +223,10 @@ def go_parse_error(exc: BaseException) -> bytes | None:
         return go_plain_error(505, "HTTP Version Not Supported: unsupported protocol version")
     if isinstance(exc, http_errors.ExpectationFailed):
         date = gunicorn_util.http_date()
-        return f"HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: {date}\r\n" \
-            "Content-Length: 0\r\n\r\n".encode("latin-1")
+        length = "" if isinstance(exc, HeadExpectationFailed) else "Content-Length: 0\r\n"
+        return f"HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: {date}\r\n{length}\r\n".encode(
+            "latin-1"
+        )
     if isinstance(exc, http_errors.UnsupportedTransferCoding) or (
         isinstance(exc, http_errors.InvalidHeader) and exc.hdr == "TRANSFER-ENCODING"
     ):

@@ -637,6 +637,8 @@ PROTOCOL_CASES = [
      b"POST /hooks/hello HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
      b"HTTP/1.1 200 OK\r\nDate: DATE\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n"
      b"Content-Length: 8\r\n\r\nhi there"),
+    ("expect-unknown-on-head", b"HEAD / HTTP/1.1\r\nHost: x\r\nExpect: foo\r\n\r\n",
+     b"HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: DATE\r\n\r\n"),
     ("head-without-body-has-no-length", b"HEAD //hooks/hello?\xe9=[x] HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
      b"HTTP/1.1 301 Moved Permanently\r\nDate: DATE\r\nConnection: close\r\nLocation: /hooks/hello?\xe9=[x]\r\n\r\n"),
     ("header-over-1mb", b"GET / HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 1_100_000 + b"\r\n\r\n",
