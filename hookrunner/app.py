@@ -76,6 +76,18 @@ class Answer(Response):
     written_status = 0
     written_headers: dict[str, str] = {}
 
+    def get_wsgi_headers(self, environ: dict[str, Any]) -> Any:
+        headers = super().get_wsgi_headers(environ)
+        # Go writes a Location as it was given (a redirect keeps the raw query's bytes and brackets);
+        # werkzeug would re-encode it as a URI.
+        location = self.headers.get("Location")
+        if location is not None:
+            headers["Location"] = location
+        # net/http gives a HEAD answer a Content-Length only when the handler wrote some body.
+        if environ.get("REQUEST_METHOD") == "HEAD" and self.is_sequence and not self.get_data():
+            headers.pop("Content-Length", None)
+        return headers
+
 
 def answer(status: int, body: bytes, headers: dict[str, str], explicit_type: str | None = None) -> Answer:
     """Build an answer the way Go's ResponseWriter would frame it (sniffed type, no body on 204/304/1xx).

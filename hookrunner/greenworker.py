@@ -320,10 +320,11 @@ class GreenWorker(WebhookWorker, GeventWorker):
         if self.refuse_bad_host(req, sock):
             return False
         self._current.req = req  # the app runs in this greenlet, inside the call below
+        self._current.sock = sock
         try:
             # AsyncWorker's: GeventWorker's own drops its answer of whether to keep the connection.
             return bool(AsyncWorker.handle_request(self, listener_name, req, sock, addr))
         except gevent.GreenletExit:  # killed by a stop whose grace is over
             return False
         finally:
-            self._current.req = None
+            self._current.req = self._current.sock = None

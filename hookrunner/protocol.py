@@ -4,9 +4,12 @@ its Host checks, and its response head (no `Server`, `Connection` only where Go 
 from __future__ import annotations
 
 import email.utils
+import re
 import ssl
 import time
+from typing import Any
 
+import gunicorn.http.message
 import gunicorn.http.wsgi
 from gunicorn import util as gunicorn_util
 from gunicorn.http import errors as http_errors
@@ -58,8 +61,148 @@ def go_plain_error(code: int, text: str, body: str | None = None) -> bytes:
     return (head + body).encode("latin-1")
 
 
+# httpguts.ValidHeaderFieldName (a token) and ValidHeaderFieldValue (no control byte but HTAB; 0x80-0xFF
+# are fine). gunicorn refuses the same bytes, but as it meets them, line by line.
+_HEADER_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAD_VALUE_BYTE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+# Header lines whose bad value gunicorn must still see: its errors for them are Go's own (a bad
+# Content-Length is a plain 400, a bad Transfer-Encoding a 501), which come before the server's checks.
+_FRAMING_HEADERS = (b"content-length", b"transfer-encoding")
+
+
+def go_header_block(block: bytes) -> tuple[bytes, str]:
+    """A request's header block read as Go 1.19 reads it, before gunicorn parses it: returns the block for
+    gunicorn and the problem net/http's server finds in the header names and values ("" for none).
+
+    Go reports such a problem only after its own parse errors and its Host checks, where gunicorn would
+    refuse the line at once; so lines with a bad name are left out, and control bytes in a value become
+    0x80 (which no Host header may hold either). Lines with an empty name are skipped, as textproto does;
+    a block that textproto cannot read raises gunicorn's InvalidHeader, a plain 400 as in Go."""
+    lines = block.split(b"\r\n")
+    if lines[0][:1] in (b" ", b"\t"):
+        raise http_errors.InvalidHeader("malformed MIME header initial line")
+    kept: list[bytes] = []
+    bad_name = bad_value = False
+    skipping = False
+    for line in lines:
+        if line[:1] in (b" ", b"\t"):  # a folded continuation of the previous field
+            if skipping:
+                continue
+            if _BAD_VALUE_BYTE.search(line) and kept[-1].partition(b":")[0].lower() not in _FRAMING_HEADERS:
+                bad_value = True
+                line = _BAD_VALUE_BYTE.sub(b"\x80", line)
+            kept.append(line)
+            continue
+        name, colon, value = line.partition(b":")
+        if not colon:
+            raise http_errors.InvalidHeader("malformed MIME header line")
+        skipping = not name or not _HEADER_NAME.fullmatch(name)
+        if skipping:
+            bad_name = bad_name or bool(name)
+            continue
+        if _BAD_VALUE_BYTE.search(value) and name.lower() not in _FRAMING_HEADERS:
+            bad_value = True
+            line = name + b":" + _BAD_VALUE_BYTE.sub(b"\x80", value)
+        kept.append(line)
+    # Go looks at the names and values in its map's random order; a request with both problems may get
+    # either answer there. Here it is always the name.
+    problem = "invalid header name" if bad_name else "invalid header value" if bad_value else ""
+    return b"\r\n".join(kept), problem
+
+
+class HeadExpectationFailed(http_errors.ExpectationFailed):
+    """An unknown Expect on a HEAD request: net/http's 417 then has no Content-Length (no body written)."""
+
+
+class GoRequest(gunicorn.http.message.Request):
+    """gunicorn's request, its header block read as net/http reads it (go_header_block)."""
+
+    go_problem = ""
+    #: `Expect: 100-continue` was asked for: `100 Continue` is sent at the first read of the body
+    #: (ContinueOnRead), where gunicorn would send it before the app runs.
+    go_expects_continue = False
+
+    def parse_headers(self, data: bytes, from_trailer: bool = False) -> Any:
+        if from_trailer:
+            return super().parse_headers(data, from_trailer)
+        data, self.go_problem = go_header_block(data)
+        if not data:
+            return []
+        try:
+            headers = super().parse_headers(data, from_trailer)
+        except http_errors.ExpectationFailed as exc:
+            # net/http answers an Expect it does not know only once its Host and header checks pass.
+            headers = super().parse_headers(_without_expect(data), from_trailer)
+            if not (self.go_problem or go_host_problem(self.version, self.method, headers)):
+                if self.method == "HEAD":
+                    raise HeadExpectationFailed(exc.expect) from None
+                raise
+        self.go_expects_continue = bool(getattr(self, "_expected_100_continue", False))
+        self._expected_100_continue = False
+        return headers
+
+
+class ContinueOnRead:
+    """A request body that sends `100 Continue` before its first read, as Go's expectContinueReader does:
+    a handler that answers without reading the body (an unknown hook, say) sends none."""
+
+    def __init__(self, stream: Any, sock: Any) -> None:
+        self._stream = stream
+        self._sock: Any = sock
+
+    def _continue(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            except OSError:
+                pass
+
+    def read(self, *args: Any) -> bytes:
+        self._continue()
+        data: bytes = self._stream.read(*args)
+        return data
+
+    def readline(self, *args: Any) -> bytes:
+        self._continue()
+        data: bytes = self._stream.readline(*args)
+        return data
+
+    def readlines(self, *args: Any) -> list[bytes]:
+        self._continue()
+        lines: list[bytes] = self._stream.readlines(*args)
+        return lines
+
+    def __iter__(self) -> Any:
+        self._continue()
+        return iter(self._stream)
+
+
+def go_sends_continue(req: Any, environ: dict[str, Any]) -> bool:
+    """Whether net/http would answer this request's `Expect: 100-continue`: on HTTP/1.1, for a body that
+    is not empty (a declared length over 0, or chunked)."""
+    if not getattr(req, "go_expects_continue", False) or req.version < (1, 1):
+        return False
+    if "HTTP_TRANSFER_ENCODING" in environ:
+        return True
+    length = environ.get("CONTENT_LENGTH") or "0"
+    return length.isdigit() and int(length) > 0
+
+
+def _without_expect(block: bytes) -> bytes:
+    kept: list[bytes] = []
+    skipping = False
+    for line in block.split(b"\r\n"):
+        if line[:1] not in (b" ", b"\t"):
+            skipping = line.partition(b":")[0].lower() == b"expect"
+        if not skipping:
+            kept.append(line)
+    return b"\r\n".join(kept)
+
+
 def go_host_problem(version: tuple[int, int], method: str, headers: list[tuple[str, str]]) -> str:
-    """Why net/http would refuse this request's Host header, or "" when it would not."""
+    """Why net/http would refuse this request's Host header, or "" when it would not. (Its next checks,
+    of header names and values, are GoRequest.go_problem's.)"""
     hosts = [value for name, value in headers if name.upper() == "HOST"]
     if not hosts and version >= (1, 1) and method != "CONNECT":
         return "missing required Host header"
@@ -80,8 +223,10 @@ def go_parse_error(exc: BaseException) -> bytes | None:
         return go_plain_error(505, "HTTP Version Not Supported: unsupported protocol version")
     if isinstance(exc, http_errors.ExpectationFailed):
         date = gunicorn_util.http_date()
-        return f"HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: {date}\r\n" \
-            "Content-Length: 0\r\n\r\n".encode("latin-1")
+        length = "" if isinstance(exc, HeadExpectationFailed) else "Content-Length: 0\r\n"
+        return f"HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: {date}\r\n{length}\r\n".encode(
+            "latin-1"
+        )
     if isinstance(exc, http_errors.UnsupportedTransferCoding) or (
         isinstance(exc, http_errors.InvalidHeader) and exc.hdr == "TRANSFER-ENCODING"
     ):

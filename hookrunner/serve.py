@@ -120,10 +120,11 @@ class HookWorker(WebhookWorker, ThreadWorker):
         if self.refuse_bad_host(req, conn.sock):
             return False
         self._current.req = req  # the app runs on this thread, inside the call below
+        self._current.sock = conn.sock
         try:
             return bool(super().handle_request(req, conn))
         finally:
-            self._current.req = None
+            self._current.req = self._current.sock = None
             reader = getattr(conn, "reader", None)
             if reader is not None:
                 # The request was read in time; draining an unread body is bounded by gunicorn itself.

@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 import gunicorn.http.message
+import gunicorn.http.parser
 import gunicorn.http.wsgi
 import gunicorn.util
 from gunicorn.workers.base import Worker
@@ -26,7 +27,16 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from hookrunner.app import HEADER_LIST_KEY
 from hookrunner.config import Config
 from hookrunner.log import log
-from hookrunner.protocol import GoResponse, go_host_problem, go_parse_error, go_plain_error, http_date
+from hookrunner.protocol import (
+    ContinueOnRead,
+    GoRequest,
+    GoResponse,
+    go_host_problem,
+    go_parse_error,
+    go_plain_error,
+    go_sends_continue,
+    http_date,
+)
 from hookrunner.statuses import status_line
 from hookrunner.watcher import HooksWatcher
 
@@ -208,6 +218,8 @@ class WebhookWorker(Worker):
     def init_process(self) -> None:
         # Go's net/http sends no Server header; swap the response class in this process only.
         gunicorn.http.wsgi.Response = GoResponse
+        # Header names and values are checked as net/http checks them: after its Host checks.
+        gunicorn.http.parser.RequestParser.mesg_class = GoRequest
         # Go takes bytes 0x80-0xFF in the request target as they are (curl sends `?name=é` unescaped);
         # gunicorn refuses them with a 400. Controls and DEL stay refused, as url.ParseRequestURI does.
         gunicorn.http.message.RFC9112_TARGET_INVALID = re.compile(r"[^\x21-\x7e\x80-\xff]")
@@ -246,14 +258,18 @@ class WebhookWorker(Worker):
             req = getattr(current, "req", None)
             if req is not None:
                 environ[HEADER_LIST_KEY] = tuple(req.headers)
+                sock = getattr(current, "sock", None)
+                if sock is not None and go_sends_continue(req, environ):
+                    environ["wsgi.input"] = ContinueOnRead(environ["wsgi.input"], sock)
             return app(environ, start_response)
 
         self.wsgi = with_header_list
 
     def refuse_bad_host(self, req: Any, sock: Any) -> bool:
-        """net/http checks the Host header before any handler runs, and answers in its own plain format;
-        returns whether it answered (and the connection is to be closed)."""
-        problem = go_host_problem(req.version, req.method, req.headers)
+        """net/http checks the Host header, then the header names and values, before any handler runs,
+        and answers in its own plain format; returns whether it answered (and the connection is to be
+        closed)."""
+        problem = go_host_problem(req.version, req.method, req.headers) or getattr(req, "go_problem", "")
         if not problem:
             return False
         try:

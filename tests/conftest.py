@@ -6,6 +6,7 @@ import os
 import shutil
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 #: Tools whose tests would otherwise be skipped; .ci/run installs them all.
 REQUIRED_IN_CI = ("webhook", "git", "curl", "shellcheck", "kubectl")
@@ -17,3 +18,13 @@ def pytest_configure(config: pytest.Config) -> None:
         missing = [tool for tool in REQUIRED_IN_CI if shutil.which(tool) is None]
         if missing:
             raise pytest.UsageError(f"HOOKRUNNER_REQUIRE_REFERENCE is set but these are missing: {missing}")
+
+
+# Property tests (hypothesis) are seeded: a run is reproducible, and CI sees the same examples each time.
+# HOOKRUNNER_PROPERTY_EXAMPLES asks for more by hand.
+settings.register_profile(
+    "hookrunner", derandomize=True, database=None, deadline=None,
+    max_examples=int(os.environ.get("HOOKRUNNER_PROPERTY_EXAMPLES", "200")),
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("hookrunner")

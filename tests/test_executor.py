@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner.executor import CommandNotFound, CommandRunner, look_path, resolve_command
+from hookrunner.executor import (
+    CommandNotFound,
+    CommandRunner,
+    _decode_base64,
+    go_base64_decode,
+    look_path,
+    resolve_command,
+)
 from hookrunner.hooks import Argument, Hook
 from hookrunner.request import Request
 
@@ -246,3 +253,39 @@ def test_runs_still_queued_when_shutdown_gives_up_start_nothing(tmp_path: Path) 
     assert [r.error for r in results[1:]] == ["not started: hookrunner is shutting down"] * 2
     assert len(record.read_text().split()) == 1  # only the first command ever ran
     assert runner.running == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "decoded"),
+    [
+        ("aGVsbG8=", b"hello"),
+        ("aGVs\nbG8=", b"hello"),  # Go's decoder skips line breaks anywhere, padding included
+        ("aGVs\r\nbG8=\r\n", b"hello"),
+        ("aGVsbG8\n=", b"hello"),
+        ("\naGVsbG8=", b"hello"),
+        ("aGVs bG8=", b"hel"),  # corrupt: the whole quanta before the error are kept
+        ("aGVsbG8", b"hel"),  # missing padding is corrupt too
+        ("aGU=aGVs", b"he"),  # data after the padding: the padded quantum is kept
+        ("aGVs\tbG8=", b"hel"),  # only \r and \n are skipped
+        ("", b""),
+    ],
+)
+def test_base64_decodes_as_go_std_encoding(text: str, decoded: bytes) -> None:
+    assert _decode_base64(text) == decoded
+
+
+@pytest.mark.parametrize(
+    ("data", "offset"),
+    [
+        (b"aGVsbG8=", None),
+        (b"aGVs bG8=", 4),
+        (b"aGVs\nbG8", 5),  # offsets count the skipped line breaks
+        (b"aGVsbG8", 4),  # the start of the unfinished quantum
+        (b"aGU=aGVs", 4),
+        (b"aG=x", 2),  # the first "=" of a padding that is not "=="
+        (b"aG=", 3),
+        (b"=", 0),
+    ],
+)
+def test_base64_errors_are_reported_at_gos_offset(data: bytes, offset: int | None) -> None:
+    assert go_base64_decode(data)[1] == offset

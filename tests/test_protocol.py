@@ -7,7 +7,7 @@ import ssl
 import pytest
 from gunicorn.http import errors as http_errors
 
-from hookrunner.protocol import go_host_problem, go_parse_error, go_plain_error
+from hookrunner.protocol import go_header_block, go_host_problem, go_parse_error, go_plain_error
 
 
 def test_plain_error_is_net_https_layout() -> None:
@@ -73,3 +73,30 @@ def test_http_date_is_gunicorns_date_formatted_once_a_second(monkeypatch: pytest
     now[0] = 1_700_000_001.0
     assert protocol.http_date() == "Tue, 14 Nov 2023 22:13:21 GMT"
     assert protocol.http_date(0) == "Thu, 01 Jan 1970 00:00:00 GMT"  # an explicit time is not cached
+
+
+@pytest.mark.parametrize(
+    ("block", "kept", "problem"),
+    [
+        (b"Host: x\r\nX-A: b", b"Host: x\r\nX-A: b", ""),
+        (b"Host: x\r\nX-A: a\x01b", b"Host: x\r\nX-A: a\x80b", "invalid header value"),
+        (b"Host: x\r\nX-A: a\tb\xff", b"Host: x\r\nX-A: a\tb\xff", ""),  # HTAB and obs-text are fine
+        (b"Host: x\r\nX-A: a\r\n b\x7f", b"Host: x\r\nX-A: a\r\n b\x80", "invalid header value"),
+        (b"Host: a\x00", b"Host: a\x80", "invalid header value"),  # 0x80: a malformed Host as well
+        (b"Host: x\r\nBad(Name: y\r\n more", b"Host: x", "invalid header name"),
+        (b"Host: x\r\n: y\r\n more\r\nX-A: b", b"Host: x\r\nX-A: b", ""),  # empty names are skipped
+        (b"Bad Name: y\r\nX-A: \x01", b"X-A: \x80", "invalid header name"),
+        # Framing headers keep their bytes: gunicorn's errors for them are Go's (plain 400, 501).
+        (b"Content-Length: 1\x01", b"Content-Length: 1\x01", ""),
+        (b"Transfer-Encoding: chunked\x01", b"Transfer-Encoding: chunked\x01", ""),
+    ],
+)
+def test_header_block_as_net_http_reads_it(block: bytes, kept: bytes, problem: str) -> None:
+    assert go_header_block(block) == (kept, problem)
+
+
+@pytest.mark.parametrize("block", [b" X-A: a\r\nHost: x", b"\tX-A: a", b"Host: x\r\nNoColon", b"Bad(Name: y\r\nNoColon"])
+def test_header_blocks_textproto_cannot_read_are_a_plain_400(block: bytes) -> None:
+    with pytest.raises(http_errors.InvalidHeader) as caught:
+        go_header_block(block)
+    assert go_parse_error(caught.value) == go_plain_error(400, "Bad Request")

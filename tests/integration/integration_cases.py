@@ -213,6 +213,9 @@ ROOT_HEADERS: dict[str, object] = {
 }
 
 
+B64_FILE_ONLY = b"arg: showfile=MY_B64\nfile MY_B64: "
+
+
 def _c(name: str, path: str, **kw: object) -> Case:
     return Case(name=name, path=path, **kw)  # type: ignore[arg-type]
 
@@ -1098,6 +1101,33 @@ CASES: list[Case] = [
             b"file MY_B64: size=5 sha256=2cf24dba5fb0a30e mode=600 dir=cwd prefix=yes content=hello\n"
         ),
         logs=("no ENVVAR name specified, falling back to [HOOK_OTHER]",),
+    ),
+    # Go's base64 decoder skips line breaks anywhere; on corrupt input the file holds the whole quanta
+    # decoded before the error.
+    _c(
+        "pass-file-base64-line-break-form",
+        "/hooks/file-b64",
+        headers=FORM,
+        body=b"b64=aGVs%0AbG8%3D",
+        files_removed=True,
+        expect_body=B64_FILE_ONLY + b"size=5 sha256=2cf24dba5fb0a30e mode=600 dir=cwd prefix=yes content=hello\n",
+    ),
+    _c(
+        "pass-file-base64-line-breaks-json",
+        "/hooks/file-b64",
+        headers=JSON,
+        body=b'{"b64":"\\r\\naGVs\\r\\nbG8\\n=\\n"}',
+        files_removed=True,
+        expect_body=B64_FILE_ONLY + b"size=5 sha256=2cf24dba5fb0a30e mode=600 dir=cwd prefix=yes content=hello\n",
+    ),
+    _c(
+        "pass-file-base64-corrupt",
+        "/hooks/file-b64",
+        headers=JSON,
+        body=b'{"b64":"aGVs\\nbG8"}',
+        files_removed=True,
+        expect_body=B64_FILE_ONLY + b"size=3 sha256=d6a81f224bbf2f7c mode=600 dir=cwd prefix=yes content=hel\n",
+        logs=("error decoding string [illegal base64 data at input byte 5]",),
     ),
     _c(
         "pass-file-temp-dir-binary",
