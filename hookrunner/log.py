@@ -98,9 +98,21 @@ class GoLogger:
         self._write(line)
 
     def _write(self, line: str) -> None:
+        # Go's log writes the bytes it is given: a byte that is not UTF-8 (a header value, say, kept as a
+        # surrogate) goes out as it came, where a text stream would write `\udcff` or `?`.
         with self._lock:
             try:
-                self._stream.write(line)
+                buffer = getattr(self._stream, "buffer", None)
+                if buffer is None:
+                    self._stream.write(line)
+                else:
+                    try:
+                        data = line.encode("utf-8", "surrogateescape")
+                    except UnicodeEncodeError:  # a lone surrogate that stands for no byte
+                        data = line.encode("utf-8", "replace")
+                    self._stream.flush()
+                    buffer.write(data)
+                    buffer.flush()
                 self._stream.flush()
             except (OSError, ValueError):
                 pass  # a closed or full log must never take a request down

@@ -141,6 +141,23 @@ class GoRequest(gunicorn.http.message.Request):
         self._expected_100_continue = False
         return headers
 
+    def _apply_header_policy(self, name: str, value: str, scheme_state: Any, seen: set[str], *args: Any,
+                             **kwargs: Any) -> Any:
+        # gunicorn refuses a second Content-Type as an RFC 9110 singleton; net/http keeps every line and
+        # its readers take the first (Header.Get), as webhook does. The worker hands the app that first one.
+        if name == "CONTENT-TYPE" and name in seen:
+            return (name, value)
+        return super()._apply_header_policy(name, value, scheme_state, seen, *args, **kwargs)
+
+    def set_body_reader(self) -> None:
+        # net/http reads repeated Content-Length lines as one when all are equal once trimmed (and refuses
+        # unequal ones, as gunicorn does); gunicorn refuses any repeat.
+        headers: list[tuple[str, str]] = getattr(self, "headers")  # noqa: B009 (gunicorn sets it untyped)
+        lengths = [i for i, (name, _) in enumerate(headers) if name == "CONTENT-LENGTH"]
+        if len(lengths) > 1 and len({headers[i][1].strip(" \t") for i in lengths}) == 1:
+            self.headers = [h for i, h in enumerate(headers) if i not in lengths[1:]]
+        super().set_body_reader()
+
 
 class ContinueOnRead:
     """A request body that sends `100 Continue` before its first read, as Go's expectContinueReader does:

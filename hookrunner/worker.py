@@ -257,7 +257,11 @@ class WebhookWorker(Worker):
         def with_header_list(environ: dict[str, Any], start_response: Any) -> Any:
             req = getattr(current, "req", None)
             if req is not None:
-                environ[HEADER_LIST_KEY] = tuple(req.headers)
+                environ[HEADER_LIST_KEY] = headers = tuple(req.headers)
+                # gunicorn's environ holds the last Content-Type of a repeated one; Go reads the first.
+                first_type = next((value for name, value in headers if name == "CONTENT-TYPE"), None)
+                if first_type is not None:
+                    environ["CONTENT_TYPE"] = first_type
                 sock = getattr(current, "sock", None)
                 if sock is not None and go_sends_continue(req, environ):
                     environ["wsgi.input"] = ContinueOnRead(environ["wsgi.input"], sock)

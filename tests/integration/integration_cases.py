@@ -953,6 +953,106 @@ CASES: list[Case] = [
         status=500,
         expect_body=RULES_ERROR,
     ),
+    # ------------------------------------------------------------------ repeated and contradicting headers
+    # net/http keeps every line of a repeated header; webhook reads the first (Header.Get), for the body's
+    # type, the rules and the arguments alike. Equal Content-Length lines count as one; unequal ones are a
+    # plain 400. (Two Host lines, bad names and bad values: PROTOCOL_CASES in test_serving.py.)
+    _c(
+        "content-type-twice",
+        "/hooks/header-echo",
+        headers=(("Content-Type", "application/json"), ("Content-Type", "text/plain")),
+        body=b'{"a":1}',
+        expect_body=b"arg: 1 application/json 7 \n",
+    ),
+    _c(
+        "content-type-twice-form-first",
+        "/hooks/header-echo",
+        headers=(("Content-Type", "application/x-www-form-urlencoded"), ("Content-Type", "application/json")),
+        body=b"a=5",
+        expect_body=b"arg: 5 application/x-www-form-urlencoded 3 \n",
+    ),
+    _c(
+        "content-type-twice-other-case",
+        "/hooks/header-echo",
+        headers=(("content-type", "application/json"), ("CONTENT-TYPE", "application/xml")),
+        body=b'{"a":1}',
+        expect_body=b"arg: 1 application/json 7 \n",
+    ),
+    _c(
+        "content-length-twice-equal",
+        "/hooks/header-echo",
+        raw_request=(
+            b"POST /hooks/header-echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 7\r\nContent-Length:  7 \r\nConnection: close\r\n\r\n{"a":1}'
+        ),
+        expect_body=b"arg: 1 application/json 7 \n",
+    ),
+    _c(
+        "content-length-twice-unequal",
+        "/hooks/header-echo",
+        raw_request=(
+            b"POST /hooks/header-echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 7\r\nContent-Length: 8\r\nConnection: close\r\n\r\n{"a":1}'
+        ),
+        status=400,
+        expect_body=b"400 Bad Request",
+        global_headers=False,
+    ),
+    _c(
+        "signature-header-twice-good-first",
+        "/hooks/hmac-sha256",
+        headers=JSON + (("X-Hub-Signature-256", "sha256=" + sig("sha256", GH_BODY)), ("X-Hub-Signature-256", "sha256=abc")),
+        body=GH_BODY,
+        expect_body=b"",
+    ),
+    _c(
+        "signature-header-twice-bad-first",
+        "/hooks/hmac-sha256",
+        headers=JSON + (("X-Hub-Signature-256", "sha256=abc"), ("X-Hub-Signature-256", "sha256=" + sig("sha256", GH_BODY))),
+        body=GH_BODY,
+        status=500,
+        expect_body=RULES_ERROR,
+    ),
+    _c(
+        "header-argument-twice",
+        "/hooks/header-echo",
+        headers=JSON + (("X-Sig", "one"), ("x-sig", "two")),
+        body=b'{"a":1}',
+        expect_body=b"arg: 1 application/json 7 one\nenv: HOOK_SIG=one\n",
+    ),
+    _c(
+        "header-value-folded-and-padded",
+        "/hooks/header-echo",
+        raw_request=(
+            b"POST /hooks/header-echo HTTP/1.1\r\nHost: x\r\nX-Sig: \t a  b\r\n \t c \t\r\n"
+            b"Content-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+        expect_body=b"arg:   0 a  b c\nenv: HOOK_SIG=a  b c\n",
+    ),
+    _c(
+        "header-value-8-bit",
+        "/hooks/header-echo",
+        headers=(("X-Sig", "caf\xc3\xa9 \xff"),),
+        expect_body=b"arg:   0 caf\xc3\xa9 \xff\nenv: HOOK_SIG=caf\xc3\xa9 \xff\n",
+    ),
+    _c(
+        "header-name-with-underscore-is-another-header",
+        "/hooks/header-echo",
+        headers=(("X_Sig", "underscore"),),
+        expect_body=b"arg:   0 \n",
+    ),
+    # Go 1.19 lets Transfer-Encoding: chunked win over Content-Length; hookrunner refuses the pair.
+    _c(
+        "transfer-encoding-with-content-length",
+        "/hooks/header-echo",
+        raw_request=(
+            b"POST /hooks/header-echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 7\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n7\r\n{"a":1}\r\n0\r\n\r\n'
+        ),
+        expect_body=b"arg: 1 application/json  \n",
+        deliberate="Transfer-Encoding together with Content-Length",
+        hookrunner=(("status", 400), ("expect_body", b"400 Bad Request"), ("global_headers", False)),
+    ),
     _c(
         "hmac-sha512",
         "/hooks/hmac-sha512",
