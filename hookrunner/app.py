@@ -548,9 +548,19 @@ class HookApp:
             headers.setdefault("Content-Length", environ["CONTENT_LENGTH"])
         return headers
 
+    @staticmethod
+    def request_content_type(environ: dict[str, Any]) -> str:
+        """The request's Content-Type as Go's Header.Get reads it: the first of repeated headers (the
+        WSGI server's CONTENT_TYPE holds the last)."""
+        header_list = environ.get(HEADER_LIST_KEY)
+        if header_list is not None:
+            return next((value for name, value in header_list if name.upper() == "CONTENT-TYPE"), "")
+        return str(environ.get("CONTENT_TYPE", ""))
+
     def parse_request(self, rid: str, hook: Hook, remote_addr: str) -> Request | Answer:
         environ = request.environ
-        content_type = hook.incoming_payload_content_type or environ.get("CONTENT_TYPE", "")
+        request_type = self.request_content_type(environ)
+        content_type = hook.incoming_payload_content_type or request_type
         headers: dict[str, Any] = self.request_headers(environ)
         req = Request(
             id=rid,
@@ -580,7 +590,7 @@ class HookApp:
                 stream = io.BytesIO(request.get_data(cache=True)) if self.config.debug else request.stream
                 req.payload = parse_multipart(
                     stream,
-                    environ.get("CONTENT_TYPE", ""),
+                    request_type,
                     request.content_length,
                     self.config.max_multipart_mem,
                     names,

@@ -39,6 +39,28 @@ class HooksYamlLoader(yaml.SafeLoader):
         "'": "'",
     }
 
+    def scan_to_next_token(self) -> None:
+        """Skip white space, line breaks and comments up to the next token, as yaml.v2's scanner does.
+
+        yaml.v2 (a port of libyaml) also skips a tab wherever a simple key cannot start: anywhere inside
+        `[...]`/`{...}`, and in block context after other text on the line. PyYAML skips only spaces,
+        so a JSON hooks file indented with tabs (upstream's own test file is one) failed to load.
+        """
+        if self.index == 0 and self.peek() == "\uFEFF":
+            self.forward()
+        while True:
+            while self.peek() == " " or (
+                self.peek() == "\t" and (self.flow_level or not self.allow_simple_key)
+            ):
+                self.forward()
+            if self.peek() == "#":
+                while self.peek() not in "\0\r\n\x85\u2028\u2029":
+                    self.forward()
+            if not self.scan_line_break():
+                return
+            if not self.flow_level:
+                self.allow_simple_key = True
+
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is yaml.ScalarNode and implicit[0]:
             return _PLAIN_TAG

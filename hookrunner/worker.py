@@ -211,6 +211,9 @@ class WebhookWorker(Worker):
         # Go takes bytes 0x80-0xFF in the request target as they are (curl sends `?name=é` unescaped);
         # gunicorn refuses them with a 400. Controls and DEL stay refused, as url.ParseRequestURI does.
         gunicorn.http.message.RFC9112_TARGET_INVALID = re.compile(r"[^\x21-\x7e\x80-\xff]")
+        # Go takes the first of repeated Content-Type headers (Header.Get); gunicorn refuses the request.
+        # A repeated Host stays refused: Go refuses it too.
+        gunicorn.http.message.RFC9110_5_3_SINGLETON_FIELDS = frozenset({"HOST"})
         gunicorn.util.http_date = http_date
         self._reloader = _Reloader(ctx.registry)
         if self.age > 1:

@@ -740,6 +740,29 @@ CASES: list[Case] = [
         ),
         expect_body=b'arg: {"a":"b"}\n',
     ),
+    # Repeated headers: Go's Header.Get takes the first value; upstream's own handler tests send two
+    # Content-Type headers (webhook_test.go adds one of its own to the row's headers).
+    _c(
+        "content-type-twice-json-first",
+        "/hooks/payload-dump",
+        raw_request=(
+            b"POST /hooks/payload-dump HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Type: text/plain\r\nContent-Length: 7\r\nConnection: close\r\n\r\n"
+            b'{"a":1}'
+        ),
+        expect_body=b'arg: {"a":1}\n',
+    ),
+    _c(
+        "content-type-twice-text-first",
+        "/hooks/payload-dump",
+        raw_request=(
+            b"POST /hooks/payload-dump HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 7\r\nConnection: close\r\n\r\n"
+            b'{"a":1}'
+        ),
+        expect_body=b"arg: null\n",
+        logs=("error parsing body payload due to unsupported content type header: text/plain",),
+    ),
     _c(
         "large-body",
         "/hooks/large-body",
