@@ -206,5 +206,5 @@ def test_tabs_where_yaml_v2_skips_them() -> None:
 
 
 def test_tab_as_block_indentation_fails_as_in_yaml_v2() -> None:
-    with pytest.raises(HooksFileError, match="cannot start any token"):
+    with pytest.raises(HooksFileError, match="found a tab character that violates indentation"):
         parse_hooks("- id: a\n\texecute-command: /bin/true\n")
