@@ -26,7 +26,14 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from hookrunner.app import HEADER_LIST_KEY
 from hookrunner.config import Config
 from hookrunner.log import log
-from hookrunner.protocol import GoResponse, go_host_problem, go_parse_error, go_plain_error, http_date
+from hookrunner.protocol import (
+    GoResponse,
+    go_host_problem,
+    go_parse_error,
+    go_plain_error,
+    go_refuses_transfer_encoding,
+    http_date,
+)
 from hookrunner.statuses import status_line
 from hookrunner.watcher import HooksWatcher
 
@@ -254,13 +261,17 @@ class WebhookWorker(Worker):
         self.wsgi = with_header_list
 
     def refuse_bad_host(self, req: Any, sock: Any) -> bool:
-        """net/http checks the Host header before any handler runs, and answers in its own plain format;
-        returns whether it answered (and the connection is to be closed)."""
+        """net/http checks the Host and Transfer-Encoding headers before any handler runs, and answers in
+        its own plain format; returns whether it answered (and the connection is to be closed)."""
         problem = go_host_problem(req.version, req.method, req.headers)
-        if not problem:
+        if problem:
+            answer = go_plain_error(400, f"Bad Request: {problem}")
+        elif go_refuses_transfer_encoding(req.version, req.headers):
+            answer = go_plain_error(501, "Not Implemented", "Unsupported transfer encoding")
+        else:
             return False
         try:
-            sock.sendall(go_plain_error(400, f"Bad Request: {problem}"))
+            sock.sendall(answer)
         except OSError:
             pass
         return True
