@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -78,7 +80,8 @@ class HooksYamlLoader(yaml.SafeLoader):
         self.allow_simple_key = True
         breaks = []
         while True:
-            if self.prefix(3) in ("---", "...") and self.peek(3) in "\0 \t\r\n\x85\u2028\u2029":
+            at_marker = self.column == 0 and self.prefix(3) in ("---", "...")
+            if at_marker and self.peek(3) in "\0 \t\r\n\x85\u2028\u2029":
                 return None
             ch = self.peek()
             if ch == "\t" and self.column < indent:
@@ -94,6 +97,49 @@ class HooksYamlLoader(yaml.SafeLoader):
                 break
         chunks = [line_break] if line_break != "\n" else ([] if breaks else [" "])
         return chunks + breaks
+
+    def _tab_to_space_after(self, allowed: str, limit: int) -> None:
+        """A tab that ends a tag or a block scalar's indicators separates like a space in yaml.v2; PyYAML
+        wants a space there, so the tab is given to it as one (it is white space either way)."""
+        end = self.pointer
+        while end - self.pointer < limit and self.buffer[end] not in "\0 \t\r\n\x85\u2028\u2029" and (
+            allowed == "" or self.buffer[end] in allowed
+        ):
+            end += 1
+        if self.buffer[end] == "\t":
+            self.buffer = self.buffer[:end] + " " + self.buffer[end + 1 :]
+
+    def scan_tag(self) -> Any:
+        self._tab_to_space_after("", len(self.buffer))
+        return super().scan_tag()
+
+    def scan_block_scalar_indicators(self, start_mark: Any) -> Any:
+        self._tab_to_space_after("+-0123456789", 2)
+        return super().scan_block_scalar_indicators(start_mark)
+
+    def scan_block_scalar_ignored_line(self, start_mark: Any) -> Any:
+        # After `|` or `>` and their indicators, yaml.v2 skips tabs as well as spaces up to the line end.
+        while self.peek() in " \t":
+            self.forward()
+        return super().scan_block_scalar_ignored_line(start_mark)
+
+    def _no_tab_in_indentation(self, start_mark: Any, indent: int | None) -> None:
+        if self.peek() == "\t" and (indent is None or self.column < indent):
+            raise yaml.scanner.ScannerError(
+                "while scanning a block scalar", start_mark,
+                "found a tab character where an indentation space is expected", self.get_mark(),
+            )
+
+    def scan_block_scalar_indentation(self) -> Any:
+        # yaml.v2 refuses a tab where a block scalar's indentation is still being found.
+        result = super().scan_block_scalar_indentation()
+        self._no_tab_in_indentation(self.get_mark(), None)
+        return result
+
+    def scan_block_scalar_breaks(self, indent: int) -> Any:
+        result = super().scan_block_scalar_breaks(indent)
+        self._no_tab_in_indentation(self.get_mark(), indent)
+        return result
 
     def scan_plain(self) -> Any:
         # The yaml.v2 the reference vendors refuses `:` inside a plain scalar in flow context (`{a:1}`,
@@ -132,8 +178,18 @@ HooksYamlLoader.add_constructor(_PLAIN_TAG, lambda loader, node: yaml_v2_scalar(
 
 
 def _binary(loader: HooksYamlLoader, node: yaml.ScalarNode) -> str:
-    # yaml.v2 decodes !!binary into a Go string: the bytes as they are.
-    return bytes(loader.construct_yaml_binary(node)).decode("utf-8", "surrogateescape")
+    # yaml.v2 decodes !!binary strictly (no stray white space, exact padding) into a Go string: the bytes
+    # as they are.
+    text = str(loader.construct_scalar(node)).replace("\r", "").replace("\n", "")  # Go skips these
+    try:
+        if len(text) % 4:
+            raise ValueError("padding")
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise yaml.constructor.ConstructorError(
+            None, None, "!!binary value contains invalid base64 data", node.start_mark
+        ) from None
+    return data.decode("utf-8", "surrogateescape")
 
 
 def _unknown_tag(loader: HooksYamlLoader, node: yaml.Node) -> Any:
@@ -145,6 +201,31 @@ def _unknown_tag(loader: HooksYamlLoader, node: yaml.Node) -> Any:
     return loader.construct_mapping(node)  # type: ignore[arg-type]
 
 
+_TAG_TYPES: dict[str, Callable[[Any], bool]] = {
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, float),
+    "bool": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+def _tagged_scalar(kind: str) -> Callable[[HooksYamlLoader, yaml.Node], Any]:
+    """`!!int '7'` and the like: yaml.v2 resolves the text as it would a plain scalar, and refuses it
+    when that gives another type (`!!float '1'` is an error there, not 1.0)."""
+
+    def construct(loader: HooksYamlLoader, node: yaml.Node) -> Any:
+        value = yaml_v2_scalar(str(loader.construct_scalar(node)))  # type: ignore[arg-type]
+        if not _TAG_TYPES[kind](value):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot decode {node.value!r} as a !!{kind}", node.start_mark
+            )
+        return value
+
+    return construct
+
+
+for _kind in _TAG_TYPES:
+    HooksYamlLoader.add_constructor(f"tag:yaml.org,2002:{_kind}", _tagged_scalar(_kind))
 HooksYamlLoader.add_constructor("tag:yaml.org,2002:binary", _binary)
 HooksYamlLoader.add_constructor(None, _unknown_tag)
 
@@ -350,6 +431,8 @@ def yaml_tree(text: str) -> Any:
         raise HooksFileError(f"error converting YAML to JSON: {exc}") from exc
     except RecursionError:
         raise HooksFileError("error converting YAML to JSON: nested too deeply") from None
+    except (ValueError, TypeError) as exc:  # a constructor's own complaint (a bad !!binary, say)
+        raise HooksFileError(f"error converting YAML to JSON: {exc}") from exc
 
 
 def decode_hooks_bytes(data: bytes) -> str:

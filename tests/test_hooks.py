@@ -208,3 +208,11 @@ def test_tabs_where_yaml_v2_skips_them() -> None:
 def test_tab_as_block_indentation_fails_as_in_yaml_v2() -> None:
     with pytest.raises(HooksFileError, match="found a tab character that violates indentation"):
         parse_hooks("- id: a\n\texecute-command: /bin/true\n")
+
+
+def test_tagged_scalars_as_yaml_v2_reads_them() -> None:
+    # A tag names the type the text must resolve to; a constructor's ValueError was once a crash.
+    assert parse_hooks("- id: !!str 5\n  success-http-response-code: !!int '201'\n")[0].success_status == 201
+    for bad in ("- id: !!float ',1'\n", "- id: !!float '1'\n", "- id: !!null '['\n", "- id: !!binary 'GVsG='\n"):
+        with pytest.raises(HooksFileError):
+            parse_hooks(bad)
