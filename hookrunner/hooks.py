@@ -98,24 +98,41 @@ class HooksYamlLoader(yaml.SafeLoader):
         chunks = [line_break] if line_break != "\n" else ([] if breaks else [" "])
         return chunks + breaks
 
-    def _tab_to_space_after(self, allowed: str, limit: int) -> None:
-        """A tab that ends a tag or a block scalar's indicators separates like a space in yaml.v2; PyYAML
-        wants a space there, so the tab is given to it as one (it is white space either way)."""
+    def scan_tag(self) -> Any:
+        # A tab that ends a tag separates like a space in yaml.v2; PyYAML wants a space there, so the tab
+        # is given to it as one (it is white space either way, and not part of any value).
         end = self.pointer
-        while end - self.pointer < limit and self.buffer[end] not in "\0 \t\r\n\x85\u2028\u2029" and (
-            allowed == "" or self.buffer[end] in allowed
-        ):
+        while self.buffer[end] not in "\0 \t\r\n\x85\u2028\u2029":
             end += 1
         if self.buffer[end] == "\t":
             self.buffer = self.buffer[:end] + " " + self.buffer[end + 1 :]
-
-    def scan_tag(self) -> Any:
-        self._tab_to_space_after("", len(self.buffer))
         return super().scan_tag()
 
     def scan_block_scalar_indicators(self, start_mark: Any) -> Any:
-        self._tab_to_space_after("+-0123456789", 2)
-        return super().scan_block_scalar_indicators(start_mark)
+        """The chomping (`+`/`-`) and indentation (1-9) indicators after `|` or `>`, in either order; as in
+        yaml.v2, a tab or a `#` may follow them directly."""
+        chomping: bool | None = None
+        increment: int | None = None
+        for _ in range(2):
+            ch = self.peek()
+            if ch in "+-" and chomping is None:
+                chomping = ch == "+"
+            elif ch in "0123456789" and increment is None:
+                if ch == "0":
+                    raise yaml.scanner.ScannerError(
+                        "while scanning a block scalar", start_mark,
+                        "expected indentation indicator in the range 1-9, but found 0", self.get_mark(),
+                    )
+                increment = int(ch)
+            else:
+                break
+            self.forward()
+        if self.peek() not in "\0 \t\r\n\x85\u2028\u2029#":
+            raise yaml.scanner.ScannerError(
+                "while scanning a block scalar", start_mark,
+                f"expected chomping or indentation indicators, but found {self.peek()!r}", self.get_mark(),
+            )
+        return chomping, increment
 
     def scan_block_scalar_ignored_line(self, start_mark: Any) -> Any:
         # After `|` or `>` and their indicators, yaml.v2 skips tabs as well as spaces up to the line end.
@@ -140,6 +157,17 @@ class HooksYamlLoader(yaml.SafeLoader):
         result = super().scan_block_scalar_breaks(indent)
         self._no_tab_in_indentation(self.get_mark(), indent)
         return result
+
+    def scan_flow_scalar_non_spaces(self, double: bool, start_mark: Any) -> Any:
+        # yaml.v2 refuses an escape that names a UTF-16 surrogate (`"\ud800"`); PyYAML kept it as text
+        # that cannot be encoded.
+        chunks = super().scan_flow_scalar_non_spaces(double, start_mark)
+        if double and any("\ud800" <= ch <= "\udfff" for chunk in chunks for ch in chunk):
+            raise yaml.scanner.ScannerError(
+                "while parsing a quoted scalar", start_mark,
+                "found invalid Unicode character escape code", self.get_mark(),
+            )
+        return chunks
 
     def scan_plain(self) -> Any:
         # The yaml.v2 the reference vendors refuses `:` inside a plain scalar in flow context (`{a:1}`,

@@ -87,9 +87,6 @@ KNOWN_DIVERGENCES = {
     "deep/flow-map-500": "nesting deeper than PyYAML's recursion allows is refused (Go has no limit)",
     "deep/flow-seq-5000": "nesting deeper than PyYAML's recursion allows is refused (Go has no limit)",
     "deep/flow-map-5000": "nesting deeper than PyYAML's recursion allows is refused (Go has no limit)",
-    "json/lone-surrogate-escape": "yaml.v2 refuses a \\ud800 escape; PyYAML keeps the lone surrogate",
-    "fuzz/14/193": "yaml.v2 refuses a \\ud800 escape; PyYAML keeps the lone surrogate",
-    "fuzz/14/110": "a comment right after `>` (`># c`): yaml.v2 reads an empty block scalar, PyYAML fails",
 }
 
 
