@@ -562,7 +562,9 @@ class HookApp:
 
     def parse_request(self, rid: str, hook: Hook, remote_addr: str) -> Request | Answer:
         environ = request.environ
-        content_type = hook.incoming_payload_content_type or environ.get("CONTENT_TYPE", "")
+        # The first Content-Type of repeated ones, as Go's Header.Get reads it (the worker sets it).
+        request_type = environ.get("CONTENT_TYPE", "")
+        content_type = hook.incoming_payload_content_type or request_type
         headers: dict[str, Any] = self.request_headers(environ)
         req = Request(
             id=rid,
@@ -592,7 +594,7 @@ class HookApp:
                 stream = io.BytesIO(request.get_data(cache=True)) if self.config.debug else request.stream
                 req.payload = parse_multipart(
                     stream,
-                    environ.get("CONTENT_TYPE", ""),
+                    request_type,
                     request.content_length,
                     self.config.max_multipart_mem,
                     names,

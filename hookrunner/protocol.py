@@ -228,6 +228,15 @@ def go_host_problem(version: tuple[int, int], method: str, headers: list[tuple[s
     return ""
 
 
+def go_refuses_transfer_encoding(version: tuple[int, int], headers: list[tuple[str, str]]) -> bool:
+    """Whether net/http answers 501: on HTTP/1.1 it takes exactly one Transfer-Encoding header, and only
+    `chunked` (gunicorn also takes `gzip, chunked` and the like, and hands the body over still coded)."""
+    codings = [value for name, value in headers if name.upper() == "TRANSFER-ENCODING"]
+    if not codings or version < (1, 1):
+        return False
+    return len(codings) != 1 or codings[0].strip(" \t").lower() != "chunked"
+
+
 def go_parse_error(exc: BaseException) -> bytes | None:
     """What net/http answers to a request it cannot parse; None for errors that are not the client's."""
     if isinstance(exc, (http_errors.InvalidResponseHeader, http_errors.InvalidResponseHeaderName)):

@@ -34,6 +34,7 @@ from hookrunner.protocol import (
     go_host_problem,
     go_parse_error,
     go_plain_error,
+    go_refuses_transfer_encoding,
     go_sends_continue,
     http_date,
 )
@@ -270,14 +271,18 @@ class WebhookWorker(Worker):
         self.wsgi = with_header_list
 
     def refuse_bad_host(self, req: Any, sock: Any) -> bool:
-        """net/http checks the Host header, then the header names and values, before any handler runs,
-        and answers in its own plain format; returns whether it answered (and the connection is to be
-        closed)."""
+        """net/http refuses a Transfer-Encoding other than one `chunked` while it parses (501), then checks
+        the Host header, then the header names and values, before any handler runs, and answers in its own
+        plain format; returns whether it answered (and the connection is to be closed)."""
         problem = go_host_problem(req.version, req.method, req.headers) or getattr(req, "go_problem", "")
-        if not problem:
+        if go_refuses_transfer_encoding(req.version, req.headers):
+            answer = go_plain_error(501, "Not Implemented", "Unsupported transfer encoding")
+        elif problem:
+            answer = go_plain_error(400, f"Bad Request: {problem}")
+        else:
             return False
         try:
-            sock.sendall(go_plain_error(400, f"Bad Request: {problem}"))
+            sock.sendall(answer)
         except OSError:
             pass
         return True

@@ -195,3 +195,24 @@ def test_crlf_files_load(tmp_path: Path) -> None:
     registry = HookRegistry([str(path)])
     registry.load_initial()
     assert registry.match("a") is not None
+
+
+def test_tabs_where_yaml_v2_skips_them() -> None:
+    # Inside [...] and {...} yaml.v2 takes a tab as white space, as it does after text on a block line:
+    # upstream's own test hooks file indents some hooks with tabs.
+    text = '[\n  {\n\t\t"id":\t"a",\n\t\t"execute-command": "/bin/echo"\t\n  }\n]\n'
+    assert [(hook.id, hook.execute_command) for hook in parse_hooks(text)] == [("a", "/bin/echo")]
+    assert [hook.id for hook in parse_hooks("- id: b\t\n  execute-command: /bin/true\t# note\n")] == ["b"]
+
+
+def test_tab_as_block_indentation_fails_as_in_yaml_v2() -> None:
+    with pytest.raises(HooksFileError, match="found a tab character that violates indentation"):
+        parse_hooks("- id: a\n\texecute-command: /bin/true\n")
+
+
+def test_tagged_scalars_as_yaml_v2_reads_them() -> None:
+    # A tag names the type the text must resolve to; a constructor's ValueError was once a crash.
+    assert parse_hooks("- id: !!str 5\n  success-http-response-code: !!int '201'\n")[0].success_status == 201
+    for bad in ("- id: !!float ',1'\n", "- id: !!float '1'\n", "- id: !!null '['\n", "- id: !!binary 'GVsG='\n"):
+        with pytest.raises(HooksFileError):
+            parse_hooks(bad)
