@@ -27,6 +27,7 @@ from gunicorn.workers.gthread import TConn, ThreadWorker
 from hookrunner import tls
 from hookrunner.config import Config
 from hookrunner.greenworker import GreenWorker
+from hookrunner.journal import new_boot_id
 from hookrunner.log import json_line, log, rfc3339_now
 from hookrunner.worker import (
     HELD_SIGNALS,
@@ -302,6 +303,7 @@ def serve(
     ctx.config = config
     ctx.registry = registry
     ctx.runner = runner
+    ctx.boot_id = new_boot_id()
     if config.secure and ssl_context is None:
         ssl_context = tls.server_context(
             config.cert, config.key, config.tls_min_version, config.cipher_suites
