@@ -19,6 +19,7 @@ journaling. Nothing here knows HTTP, and nothing it stores is ever logged: the r
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import sqlite3
@@ -34,6 +35,7 @@ from hookrunner.log import log
 #: The schema this hookrunner writes; a journal with a higher PRAGMA user_version is refused.
 SCHEMA_VERSION = 1
 FILE_NAME = "journal.sqlite3"
+LOCK_NAME = "journal.lock"
 
 T = TypeVar("T")
 
@@ -302,6 +304,28 @@ class Journal:
             "count runs", lambda: self._db.execute(query).fetchall()
         )
         return {str(state): int(n) for state, n in (rows or [])}
+
+
+def lock_state_dir(state_dir: str) -> int | None:
+    """Hold `state_dir` for this start of hookrunner (the master, and the workers it forks, share the lock);
+    the descriptor, or None (logged, counted) when it cannot be had, another hookrunner holding it: two
+    processes replaying each other's runs would run them twice."""
+    path = os.path.join(state_dir, LOCK_NAME)
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        metrics.record_journal("failed")
+        log.output(f"run journal: cannot open {path}: {exc.strerror or exc}; {WITHOUT}")
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        metrics.record_journal("failed")
+        log.output(f"run journal: {state_dir} is in use by another hookrunner; {WITHOUT}")
+        return None
+    return fd
 
 
 def open_journal(state_dir: str, boot_id: str, keep: int) -> Journal | None:

@@ -83,6 +83,8 @@ class _Context:
     ssl_context: ssl.SSLContext | None = None
     #: One start of hookrunner (made in the master): the run journal tells a dead worker's runs by it.
     boot_id: str = ""
+    #: The lock on -state-dir (journal.lock_state_dir); None: no journal for this start.
+    state_lock: int | None = None
 
 
 ctx = _Context()
@@ -273,7 +275,7 @@ class WebhookWorker(Worker):
         self._reloader.start()
         if ctx.config.hotreload:
             self._watcher = _start_watcher(ctx.registry)
-        if ctx.config.state_dir:
+        if ctx.config.state_dir and ctx.state_lock is not None:
             _start_journal()
 
     def load_wsgi(self) -> None:

@@ -251,3 +251,21 @@ def test_a_thousand_accepted_runs_across_three_crashes_all_run(tmp_path: Path, s
     assert len(twice) <= 3 * cap, twice
     print(f"accepted {len(accepted)}, ran {len(counts)}, ran twice {len(twice)}: {sorted(twice)}")
     assert server.stop() == 0
+
+
+def test_a_second_hookrunner_on_the_same_state_dir_serves_without_a_journal(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    record, gate, state = tmp_path / "record", tmp_path / "gate", tmp_path / "state"
+    hooks = [recorder_hook(record, gate)]
+    first = start(tmp_path, servers, hooks, "-state-dir", str(state), "-max-concurrent-commands", "1")
+    accept_five(first, record)
+    second = start(tmp_path, servers, hooks, "-state-dir", str(state))
+    assert second.wait_for_log(f"run journal: {state} is in use by another hookrunner; serving without"), second.log
+    # It did not take the first one's runs, which are still running and queued there.
+    assert "replaying" not in second.log
+    gate.touch()
+    assert wait_until(lambda: len(lines(record, "end")) == 5, timeout=30), record.read_text()
+    assert Counter(lines(record, "start")) == {str(n): 1 for n in range(1, 6)}
+    assert second.stop() == 0
+    assert first.stop() == 0
