@@ -195,3 +195,13 @@ def test_crlf_files_load(tmp_path: Path) -> None:
     registry = HookRegistry([str(path)])
     registry.load_initial()
     assert registry.match("a") is not None
+
+
+def test_replay_defaults_to_true_and_false_opts_out() -> None:
+    default, off, on = parse_hooks(
+        '[{"id": "a"}, {"id": "b", "replay": false}, {"id": "c", "replay": true}]'
+    )
+    assert (default.replay, off.replay, on.replay) == (True, False, True)
+    assert "replay" not in off.extra
+    with pytest.raises(HooksFileError, match="Hook.replay"):
+        parse_hooks('[{"id": "a", "replay": "no"}]')
