@@ -57,6 +57,9 @@ class Config:
     metrics: bool = False
     log_format: str = "text"
     access_log: bool = False
+    # The run journal (docs/operations.md, "Run journal"): off by default.
+    state_dir: str = ""
+    state_keep: int = 1000
 
     @property
     def log_enabled(self) -> bool:

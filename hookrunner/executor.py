@@ -14,15 +14,17 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from hookrunner import metrics
 from hookrunner.errors import ArgumentError, HookrunnerError
 from hookrunner.gostrconv import quote as go_quote
 from hookrunner.hooks import Argument, Hook
+from hookrunner.journal import Journal, LeftOver, RunSpec
 from hookrunner.log import log
 from hookrunner.params import argument_value
 from hookrunner.request import Request
-from hookrunner.scheduler import Scheduler
+from hookrunner.scheduler import Busy, Scheduler
 
 #: How Go's syscall package words the signals a command most often dies of.
 _SIGNAL_TEXT = {
@@ -193,6 +195,35 @@ def _exit_text(returncode: int) -> str:
     return f"signal: {name}"
 
 
+def prepare(hook: Hook, req: Request) -> RunSpec:
+    """What a run of `hook` for `req` starts: argv, the hook's variables, its files' contents, its folder."""
+    argv = [hook.execute_command]
+    argv += [value or "" for _, value in _values(req, hook.pass_arguments, "")]
+    env: list[tuple[str, str]] = []
+    for arg, value in _values(req, hook.pass_environment, " for environment"):
+        if value is not None:
+            env.append((arg.envname or "HOOK_" + arg.name, value))
+    files: list[tuple[str, bytes]] = []
+    for arg, value in _values(req, hook.pass_file, " for file"):
+        if value is None:
+            continue
+        envname = arg.envname
+        if not envname:
+            envname = "HOOK_" + arg.name.upper()
+            log.printf("no ENVVAR name specified, falling back to [%s]", envname)
+        data = _decode_base64(value) if arg.base64decode else value.encode("utf-8", "surrogateescape")
+        files.append((envname, data))
+    return RunSpec(
+        hook_id=hook.id,
+        request_id=req.id,
+        command=hook.execute_command,
+        argv=tuple(argv),
+        env=tuple(env),
+        files=tuple(files),
+        cwd=hook.command_working_directory,
+    )
+
+
 class CommandRunner:
     """Runs hook commands, each in its own process group, within timeouts and concurrency limits."""
 
@@ -210,6 +241,12 @@ class CommandRunner:
         # Set when shutdown gives up waiting: queued runs must not start commands the exiting process
         # would leave behind (each in a session of its own, nothing would end them).
         self._closing = False
+        #: The run journal (-state-dir), attached in the serving process; None: runs live in memory only.
+        self.journal: Journal | None = None
+        # The journal rows each pending run answers for: a coalesced request's row is finished by the run
+        # it was merged into.
+        self._journal_lock = threading.Lock()
+        self._journal_ids: dict[Future[CommandResult], list[int]] = {}
 
     @property
     def running(self) -> int:
@@ -223,11 +260,96 @@ class CommandRunner:
         return self._scheduler.queued
 
     def submit(self, hook: Hook, req: Request) -> Future[CommandResult]:
-        """Admit a run under the hook's limits; raises Busy when it is at its limit with a full queue."""
-        future, how = self._scheduler.submit(hook.id, hook.limits, lambda: self._guarded_run(hook, req))
+        """Admit a run under the hook's limits; raises Busy when it is at its limit with a full queue.
+
+        With a journal the run is written down (durably) before it is admitted, so before the request is
+        answered."""
+        journal = self.journal
+        if journal is None or not journal.enabled:
+            future, how = self._scheduler.submit(hook.id, hook.limits, lambda: self._guarded_run(hook, req))
+            if how != "started":
+                log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
+            return future
+        spec = prepare(hook, req)
+        run_id = journal.record(spec)
+        try:
+            future, how = self._scheduler.submit(
+                hook.id, hook.limits, lambda: self._journaled_run(hook, spec, run_id)
+            )
+        except Busy:
+            if run_id is not None:
+                journal.finished([run_id], "not run: busy")
+            raise
         if how != "started":
             log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
+        self._track(future, run_id, how)
         return future
+
+    def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int:
+        """Admit the runs a previous process left unfinished, oldest first, under the limits of their hooks
+        as they are now; returns how many were admitted."""
+        journal = self.journal
+        if journal is None:
+            return 0
+        replayed = 0
+        for left in left_overs:
+            spec = left.spec
+            hook = find(spec.hook_id)
+            if hook is None:
+                log.output(f"not replaying run {left.run_id} of hook {spec.hook_id}: no such hook any more")
+                journal.finished([left.run_id], "not replayed: no such hook")
+                continue
+            if not hook.replay:
+                log.output(f"not replaying run {left.run_id} of hook {hook.id}: the hook has replay: false")
+                journal.finished([left.run_id], "not replayed: replay is false")
+                continue
+            log.output(f"replaying run {left.run_id} of hook {hook.id}, accepted at {_utc(left.accepted_at)}")
+            metrics.record_journal("replayed")
+            run_id = left.run_id
+            future, how = self._scheduler.submit(
+                hook.id,
+                hook.limits,
+                lambda hook=hook, spec=spec, run_id=run_id: self._journaled_run(hook, spec, run_id),  # type: ignore[misc]
+                admitted=True,
+            )
+            self._track(future, run_id, how)
+            replayed += 1
+        return replayed
+
+    def _journaled_run(self, hook: Hook, spec: RunSpec, run_id: int | None) -> CommandResult:
+        if run_id is not None and self.journal is not None:
+            self.journal.running(run_id)
+        try:
+            return self.execute(hook, spec)
+        except Exception as exc:  # noqa: BLE001 - a background command must never die silently
+            log.request(spec.request_id, f"error running command: {exc}")
+            return CommandResult(b"", str(exc))
+
+    def _track(self, future: Future[CommandResult], run_id: int | None, how: str) -> None:
+        """Finish `run_id`'s row when `future` (its run, or the run it was coalesced into) is done."""
+        if run_id is None:
+            return
+        with self._journal_lock:
+            ids = self._journal_ids.get(future)
+            if ids is not None:
+                ids.append(run_id)
+                return
+            self._journal_ids[future] = [run_id]
+        future.add_done_callback(self._journal_done)
+
+    def _journal_done(self, future: Future[CommandResult]) -> None:
+        with self._journal_lock:
+            ids = self._journal_ids.pop(future, [])
+            closing = self._closing
+        if closing or self.journal is None:
+            # Shutdown gave up on these runs (killed, or never started): left unfinished, to be replayed.
+            return
+        exc = future.exception()
+        if exc is not None:
+            status = f"error: {type(exc).__name__}"
+        else:
+            status = future.result().error or "exit status 0"
+        self.journal.finished(ids, status)
 
     def start(self, hook: Hook, req: Request) -> None:
         """Run in the background (webhook's `go handleHook`); raises Busy like submit."""
@@ -242,42 +364,36 @@ class CommandRunner:
 
     def run(self, hook: Hook, req: Request) -> CommandResult:
         """Run the hook's command for this request and wait for it."""
+        return self.execute(hook, prepare(hook, req))
+
+    def execute(self, hook: Hook, spec: RunSpec) -> CommandResult:
+        """Run a prepared run (from a request, or replayed from the journal) and wait for it."""
+        rid = spec.request_id
         try:
             path = resolve_command(hook)
         except CommandNotFound as exc:
-            log.request(req.id, f"error in {exc}")
+            log.request(rid, f"error in {exc}")
             if " " in hook.execute_command:
                 first = hook.execute_command.split()[0]
-                log.request(req.id, f"use 'pass-arguments-to-command' to specify args for '{first}'")
+                log.request(rid, f"use 'pass-arguments-to-command' to specify args for '{first}'")
             metrics.record_run(hook.id, "not_found", None)
             return CommandResult(b"", str(exc))
 
-        argv = [hook.execute_command]
-        argv += [value or "" for _, value in _values(req, hook.pass_arguments, "")]
-        envs: list[str] = []
-        for arg, value in _values(req, hook.pass_environment, " for environment"):
-            if value is not None:
-                envs.append(f"{arg.envname or 'HOOK_' + arg.name}={value}")
+        argv = list(spec.argv)
+        envs = [f"{key}={value}" for key, value in spec.env]
         files: list[str] = []
-        for arg, value in _values(req, hook.pass_file, " for file"):
-            if value is None:
-                continue
-            envname = arg.envname
-            if not envname:
-                envname = "HOOK_" + arg.name.upper()
-                log.printf("no ENVVAR name specified, falling back to [%s]", envname)
-            data = _decode_base64(value) if arg.base64decode else value.encode("utf-8", "surrogateescape")
+        for envname, data in spec.files:
             try:
-                fd, name = tempfile.mkstemp(prefix=envname, dir=hook.command_working_directory or None)
+                fd, name = tempfile.mkstemp(prefix=envname, dir=spec.cwd or None)
             except OSError as exc:
-                log.request(req.id, f"error creating temp file [{exc}]")
+                log.request(rid, f"error creating temp file [{exc}]")
                 continue
-            log.request(req.id, f"writing env {envname} file {name}")
+            log.request(rid, f"writing env {envname} file {name}")
             try:
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(data)
             except OSError as exc:
-                log.request(req.id, f"error writing file {name} [{exc}]")
+                log.request(rid, f"error writing file {name} [{exc}]")
             files.append(name)
             envs.append(f"{envname}={name}")
 
@@ -285,30 +401,30 @@ class CommandRunner:
         for entry in envs:
             key, _, value = entry.partition("=")
             env[key] = value
-        cwd = hook.command_working_directory
+        cwd = spec.cwd
         quoted = " ".join(go_quote(a) for a in argv)
         log.request(
-            req.id,
-            f"executing {hook.execute_command} ({path}) with arguments [{quoted}] "
+            rid,
+            f"executing {spec.command} ({path}) with arguments [{quoted}] "
             f"and environment [{' '.join(envs)}] using {cwd} as cwd\n",
             hook=hook.id,
             event="command_started",
         )
         timeout = hook.command_timeout or self.command_timeout
         started = time.monotonic()
-        output, error = self._spawn(path, argv, env, cwd or None, timeout, req.id)
+        output, error = self._spawn(path, argv, env, cwd or None, timeout, rid)
         metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
         text = output.decode("utf-8", "replace")
-        log.request(req.id, f"command output: {text}\n", hook=hook.id, event="command_output")
+        log.request(rid, f"command output: {text}\n", hook=hook.id, event="command_output")
         if error is not None:
-            log.request(req.id, f"error occurred: {error}\n", hook=hook.id, event="command_failed")
+            log.request(rid, f"error occurred: {error}\n", hook=hook.id, event="command_failed")
         for name in files:
-            log.request(req.id, f"removing file {name}\n")
+            log.request(rid, f"removing file {name}\n")
             try:
                 os.remove(name)
             except OSError as exc:
-                log.request(req.id, f"error removing file {name} [{exc}]")
-        log.request(req.id, f"finished handling {hook.id}\n", hook=hook.id, event="command_finished")
+                log.request(rid, f"error removing file {name} [{exc}]")
+        log.request(rid, f"finished handling {hook.id}\n", hook=hook.id, event="command_finished")
         return CommandResult(output, error)
 
     def _spawn(
@@ -375,6 +491,10 @@ class CommandRunner:
         for process in leftovers:
             log.output(f"shutdown: killing the process group of command {process.pid}")
             _signal_group(process.pid, signal.SIGKILL)
+
+
+def _utc(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -186,6 +186,23 @@ FLAGS: tuple[Flag, ...] = (
         extension=True,
     ),
     Flag(
+        "state-dir",
+        "string",
+        "folder of the run journal: accepted runs are written there before they are answered, and runs "
+        "a stopped or crashed hookrunner left unfinished are run again at start; empty means no journal",
+        "state_dir",
+        "",
+        extension=True,
+    ),
+    Flag(
+        "state-keep",
+        "int",
+        "how many finished runs the run journal keeps (the older ones are deleted)",
+        "state_keep",
+        1000,
+        extension=True,
+    ),
+    Flag(
         "socket",
         "string",
         "path of a Unix socket to listen on (e.g. /tmp/webhook.sock) instead of the ip and port, "

@@ -296,6 +296,7 @@ class Hook:
     http_methods: tuple[str, ...] = ()
     # hookrunner's own fields (the reference ignores unknown keys, so files stay portable):
     command_timeout: float = 0.0
+    replay: bool = True  # run again after a restart when left unfinished (-state-dir)
     limits: Limits = Limits()
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -393,6 +394,11 @@ def _limits(known: dict[str, Any], where: str) -> Limits:
     return limits
 
 
+def _replay(value: Any, where: str) -> bool:
+    """`replay` defaults to true: only an explicit false opts a hook out of the run journal's replay."""
+    return True if value is None else go_bool(value, where)
+
+
 def _rule(value: Any, where: str) -> Any:
     from hookrunner.rules import parse_rule  # rules imports this module's Argument
 
@@ -419,6 +425,7 @@ HOOK_FIELDS.update(
         "success-http-response-code": ("success_status", go_int),
         "http-methods": ("http_methods", _strings),
         "command-timeout": ("command_timeout", _go_duration_field),  # hookrunner's own
+        "replay": ("replay", _replay),  # hookrunner's own
     }
 )
 

@@ -25,6 +25,9 @@ OUTCOMES = (
     SERVED, RULES_NOT_SATISFIED, METHOD_NOT_ALLOWED, NOT_FOUND, SIGNATURE_ERROR, RULE_ERROR, BUSY, ERROR
 )
 
+#: Run journal events (the `event` label of hookrunner_journal_runs_total).
+JOURNAL_EVENTS = ("journaled", "replayed", "pruned", "failed")
+
 #: A command can take from milliseconds (echo) to minutes (a deploy): buckets up to ten minutes.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
@@ -109,6 +112,15 @@ class Metrics:
         # Both results exist from the start, so `increase()` and alerts see a zero rather than nothing.
         for result in ("success", "failure"):
             self.reloads.labels(result=result)
+        self.journal: Counter = Counter(
+            "hookrunner_journal_runs",
+            "Run journal (-state-dir) events: runs journaled, replayed after a restart, pruned once "
+            "finished, and failures to journal (the journal then turns off).",
+            ["event"],
+            registry=self.registry,
+        )
+        for event in JOURNAL_EVENTS:
+            self.journal.labels(event=event)
 
     def exposition(self, accept: str) -> tuple[bytes, str]:
         """The registry in the format the scraper asked for (Prometheus text, or OpenMetrics)."""
@@ -154,3 +166,9 @@ def record_run(hook: str, status: str, seconds: float | None) -> None:
 def record_reload(ok: bool) -> None:
     if _active is not None:
         _active.reloads.labels(result="success" if ok else "failure").inc()
+
+
+def record_journal(event: str, count: int = 1) -> None:
+    """Count run journal events: one of JOURNAL_EVENTS."""
+    if _active is not None:
+        _active.journal.labels(event=event).inc(count)

@@ -88,10 +88,13 @@ class Scheduler(Generic[T]):
         with self._lock:
             return sum(len(g.pending) for g in self._gates.values()) + len(self._waiting)
 
-    def submit(self, key: str, limits: Limits, work: Callable[[], T]) -> tuple[Future[T], str]:
+    def submit(
+        self, key: str, limits: Limits, work: Callable[[], T], admitted: bool = False
+    ) -> tuple[Future[T], str]:
         """Admit `work`; returns its future and how it was admitted: `started`, `queued` or `coalesced`.
 
-        Raises Busy when the key is at its limit and its queue is full.
+        Raises Busy when the key is at its limit and its queue is full, unless the run was `admitted`
+        before (a replayed run, already answered): that one joins the queue past its bound.
         """
         with self._lock:
             gate = self._gates.setdefault(key, _Gate())
@@ -109,7 +112,7 @@ class Scheduler(Generic[T]):
                 return newest.future, "coalesced"
             else:
                 capacity = max(limits.max_queue, 1 if limits.coalesce else 0)
-                if len(gate.pending) >= capacity:
+                if len(gate.pending) >= capacity and not admitted:
                     raise Busy(key, limits.retry_after)
                 job = Job(work)
                 gate.pending.append(job)

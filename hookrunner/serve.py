@@ -27,6 +27,7 @@ from gunicorn.workers.gthread import TConn, ThreadWorker
 from hookrunner import tls
 from hookrunner.config import Config
 from hookrunner.greenworker import GreenWorker
+from hookrunner.journal import lock_state_dir, new_boot_id
 from hookrunner.log import json_line, log, rfc3339_now
 from hookrunner.worker import (
     HELD_SIGNALS,
@@ -302,6 +303,9 @@ def serve(
     ctx.config = config
     ctx.registry = registry
     ctx.runner = runner
+    ctx.boot_id = new_boot_id()
+    # Held until the whole tree is gone; inherited by the workers, which open the journal itself.
+    ctx.state_lock = lock_state_dir(config.state_dir) if config.state_dir else None
     if config.secure and ssl_context is None:
         ssl_context = tls.server_context(
             config.cert, config.key, config.tls_min_version, config.cipher_suites

@@ -26,6 +26,8 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 
 from hookrunner.app import HEADER_LIST_KEY
 from hookrunner.config import Config
+from hookrunner.hooks import Hook
+from hookrunner.journal import Journal, LeftOver, open_journal
 from hookrunner.log import log
 from hookrunner.protocol import (
     ContinueOnRead,
@@ -54,13 +56,19 @@ class Registry(Protocol):
 
     def remove_file(self, path: str) -> object: ...
 
+    def match(self, hook_id: str) -> Hook | None: ...
+
 
 class Runner(Protocol):
     """What serving needs of executor.CommandRunner."""
 
     wait_for: Callable[[Future[Any]], Any]
 
+    journal: Journal | None
+
     def shutdown(self, grace: float) -> object: ...
+
+    def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int: ...
 
 
 #: Signals the master holds back across the fork of a worker, until the worker's handlers are in place.
@@ -74,6 +82,10 @@ class _Context:
     registry: Registry
     runner: Runner
     ssl_context: ssl.SSLContext | None = None
+    #: One start of hookrunner (made in the master): the run journal tells a dead worker's runs by it.
+    boot_id: str = ""
+    #: The lock on -state-dir (journal.lock_state_dir); None: no journal for this start.
+    state_lock: int | None = None
 
 
 ctx = _Context()
@@ -109,6 +121,21 @@ def _start_watcher(registry: Registry) -> HooksWatcher:
     watcher = HooksWatcher(registry.files, changed, removed)
     watcher.start()
     return watcher
+
+
+def _start_journal() -> None:
+    """Open the run journal in this worker (SQLite connections do not survive a fork), then replay the runs
+    that dead processes left unfinished; a journal that cannot be used is logged and served without."""
+    config = ctx.config
+    journal = open_journal(config.state_dir, ctx.boot_id, config.state_keep)
+    if journal is None:
+        return
+    ctx.runner.journal = journal
+    journal.prune()
+    left_overs = journal.claim_left_overs()
+    if left_overs:
+        log.output(f"run journal: {len(left_overs)} unfinished run(s) left by a stopped hookrunner")
+        ctx.runner.replay(left_overs, ctx.registry.match)
 
 
 class ClientReadTimeout(RequestTimeout):
@@ -249,6 +276,8 @@ class WebhookWorker(Worker):
         self._reloader.start()
         if ctx.config.hotreload:
             self._watcher = _start_watcher(ctx.registry)
+        if ctx.config.state_dir and ctx.state_lock is not None:
+            _start_journal()
 
     def load_wsgi(self) -> None:
         super().load_wsgi()

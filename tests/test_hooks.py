@@ -216,3 +216,13 @@ def test_tagged_scalars_as_yaml_v2_reads_them() -> None:
     for bad in ("- id: !!float ',1'\n", "- id: !!float '1'\n", "- id: !!null '['\n", "- id: !!binary 'GVsG='\n"):
         with pytest.raises(HooksFileError):
             parse_hooks(bad)
+
+
+def test_replay_defaults_to_true_and_false_opts_out() -> None:
+    default, off, on = parse_hooks(
+        '[{"id": "a"}, {"id": "b", "replay": false}, {"id": "c", "replay": true}]'
+    )
+    assert (default.replay, off.replay, on.replay) == (True, False, True)
+    assert "replay" not in off.extra
+    with pytest.raises(HooksFileError, match="Hook.replay"):
+        parse_hooks('[{"id": "a", "replay": "no"}]')

@@ -79,6 +79,16 @@ def test_recorders_and_gauges(enabled: metrics.Metrics) -> None:
     assert got[("hookrunner_reloads_total", (("result", "success"),))] == 0
 
 
+def test_journal_events_start_at_zero_and_count(enabled: metrics.Metrics) -> None:
+    metrics.record_journal("journaled")
+    metrics.record_journal("pruned", 7)
+    got = scrape(enabled)
+    assert got[("hookrunner_journal_runs_total", (("event", "journaled"),))] == 1
+    assert got[("hookrunner_journal_runs_total", (("event", "pruned"),))] == 7
+    assert got[("hookrunner_journal_runs_total", (("event", "replayed"),))] == 0
+    assert got[("hookrunner_journal_runs_total", (("event", "failed"),))] == 0
+
+
 def test_openmetrics_when_asked(enabled: metrics.Metrics) -> None:
     body, content_type = enabled.exposition("application/openmetrics-text; version=1.0.0")
     assert content_type.startswith("application/openmetrics-text")

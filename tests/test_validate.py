@@ -168,3 +168,8 @@ def test_a_misspelling_wins_over_a_longer_name_containing_it() -> None:
 
     assert suggest("headers", SOURCES) == ' (did you mean "header"?)'  # not "entire-headers"
     assert suggest("body", SOURCES) == ' (did you mean "raw-request-body"?)'
+
+
+def test_replay_is_a_known_hook_field(tmp_path: Path) -> None:
+    assert lines_for(tmp_path, [hook(replay=False)]) == []
+    assert any('unknown key "replai"' in line for line in lines_for(tmp_path, [hook(replai=False)]))

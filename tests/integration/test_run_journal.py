@@ -1,0 +1,271 @@
+"""The run journal (-state-dir) against the real `hookrunner`: runs accepted (answered 200) and then lost to
+a kill -9 of the worker, of the whole process tree, or to a SIGTERM that outlasts -shutdown-timeout, run
+again at the next start, each once; and a thousand accepted runs across three crashes all run."""
+
+from __future__ import annotations
+
+import http.client
+import itertools
+import os
+import signal
+import sqlite3
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from test_serving import Server, wait_until
+
+# Records `start <seq> <pid>` and, once the gate file exists (bounded wait), `end <seq>`: a test decides
+# how long the runs last and can tell a run that started from one that finished.
+RECORDER = """
+import os, sys, time
+record, gate, seq = sys.argv[1], sys.argv[2], sys.argv[3]
+def write(what):
+    with open(record, "a") as out:
+        out.write(what + "\\n")
+write(f"start {seq} {os.getpid()}")
+deadline = time.monotonic() + 20
+while not os.path.exists(gate) and time.monotonic() < deadline:
+    time.sleep(0.01)
+write(f"end {seq}")
+"""
+
+
+def recorder_hook(record: Path, gate: Path, **extra: object) -> dict[str, object]:
+    return {
+        "id": "build",
+        "execute-command": sys.executable,
+        "pass-arguments-to-command": [
+            {"source": "string", "name": "-c"},
+            {"source": "string", "name": RECORDER},
+            {"source": "string", "name": str(record)},
+            {"source": "string", "name": str(gate)},
+            {"source": "url", "name": "seq"},
+        ],
+        **extra,
+    }
+
+
+def lines(record: Path, kind: str) -> list[str]:
+    if not record.exists():
+        return []
+    return [line.split()[1] for line in record.read_text().splitlines() if line.startswith(kind + " ")]
+
+
+def start(tmp_path: Path, servers: list[Server], hooks: object, *flags: str) -> Server:
+    server = Server(tmp_path, hooks, *flags)
+    servers.append(server)
+    server.ready()
+    return server
+
+
+def accept_five(server: Server, record: Path) -> None:
+    """Five runs answered 200: the first running, the others queued behind -max-concurrent-commands 1."""
+    for seq in range(1, 6):
+        assert server.request("POST", f"/hooks/build?seq={seq}")[0] == 200
+    assert wait_until(lambda: lines(record, "start") == ["1"], timeout=15), record.read_text()
+
+
+def states(state: Path) -> Counter[str]:
+    db = sqlite3.connect(state / "journal.sqlite3")
+    try:
+        return Counter(row[0] for row in db.execute("SELECT state FROM runs"))
+    finally:
+        db.close()
+
+
+def assert_each_ran_once_more(record: Path, server: Server) -> None:
+    """After the restart: every accepted run finished exactly once, in the order they were accepted."""
+    assert wait_until(lambda: len(lines(record, "end")) >= 5, timeout=30), record.read_text()
+    time.sleep(0.3)  # nothing more may come
+    assert lines(record, "end") == ["1", "2", "3", "4", "5"], record.read_text()
+    # Run 1 was running when the process died: it started twice; the queued ones once.
+    assert lines(record, "start") == ["1", "1", "2", "3", "4", "5"], record.read_text()
+    for run in range(1, 6):
+        assert f"replaying run {run} of hook build, accepted at " in server.log
+
+
+def test_kill_9_of_the_worker_replays_its_running_and_queued_runs(tmp_path: Path, servers: list[Server]) -> None:
+    record, gate, state = tmp_path / "record", tmp_path / "gate", tmp_path / "state"
+    server = start(
+        tmp_path, servers, [recorder_hook(record, gate)], "-state-dir", str(state), "-max-concurrent-commands", "1"
+    )
+    accept_five(server, record)
+    assert states(state) == {"running": 1, "accepted": 4}
+    worker = server.worker_pid()
+    os.kill(worker, signal.SIGKILL)
+    # The master starts a new worker, which finds the dead one's runs.
+    assert server.wait_for_log("replaying run 5 of hook build", timeout=20), server.log
+    # The first run's command outlived its worker (its own session); it ends when the gate opens too.
+    gate.touch()
+    assert wait_until(lambda: len(lines(record, "end")) >= 6, timeout=30), record.read_text()
+    time.sleep(0.3)
+    ends = Counter(lines(record, "end"))
+    assert ends == {"1": 2, "2": 1, "3": 1, "4": 1, "5": 1}, record.read_text()
+    assert wait_until(lambda: states(state) == {"finished": 5}, timeout=10), states(state)
+    assert server.stop() == 0
+
+
+def kill_tree(server: Server, record: Path) -> None:
+    """kill -9 of everything, as when a container or node dies: master, worker, and the commands."""
+    worker = server.worker_pid()
+    commands = [int(line.split()[2]) for line in record.read_text().splitlines() if line.startswith("start ")]
+    for pid in (server.process.pid, worker, *commands):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    server.process.wait(timeout=10)
+    assert wait_until(lambda: not Path(f"/proc/{worker}").exists(), timeout=10)
+
+
+def test_kill_9_of_the_whole_tree_replays_once_with_two_workers(tmp_path: Path, servers: list[Server]) -> None:
+    record, gate, state = tmp_path / "record", tmp_path / "gate", tmp_path / "state"
+    hooks = [recorder_hook(record, gate)]
+    server = start(tmp_path, servers, hooks, "-state-dir", str(state), "-max-concurrent-commands", "1")
+    accept_five(server, record)
+    kill_tree(server, record)
+    # Two workers start at once; each left-over run is claimed by one of them only. The per-process cap
+    # would let two run at once, so the hook's own limit keeps them in order.
+    gate.touch()
+    hooks = [recorder_hook(record, gate, **{"max-concurrency": 1, "max-queue": 1})]
+    again = start(tmp_path, servers, hooks, "-state-dir", str(state), "-workers", "2")
+    assert_each_ran_once_more(record, again)
+    assert again.log.count("replaying run ") == 5
+    assert wait_until(lambda: states(state) == {"finished": 5}, timeout=10), states(state)
+    assert again.stop() == 0
+
+
+def test_sigterm_past_the_shutdown_timeout_replays_what_it_cut_short(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    record, gate, state = tmp_path / "record", tmp_path / "gate", tmp_path / "state"
+    flags = ("-state-dir", str(state), "-max-concurrent-commands", "1", "-shutdown-timeout", "1s")
+    server = start(tmp_path, servers, [recorder_hook(record, gate)], *flags)
+    accept_five(server, record)
+    server.signal(signal.SIGTERM)
+    assert server.stop(timeout=30) == 0
+    assert "shutdown: killing the process group of command" in server.log
+    assert states(state) == {"running": 1, "accepted": 4}
+    gate.touch()
+    again = start(tmp_path, servers, [recorder_hook(record, gate)], *flags)
+    assert_each_ran_once_more(record, again)
+    assert again.stop() == 0
+
+
+def test_a_hook_with_replay_false_is_not_replayed(tmp_path: Path, servers: list[Server]) -> None:
+    record, gate, state = tmp_path / "record", tmp_path / "gate", tmp_path / "state"
+    flags = ("-state-dir", str(state), "-max-concurrent-commands", "1")
+    server = start(tmp_path, servers, [recorder_hook(record, gate, replay=False)], *flags)
+    accept_five(server, record)
+    kill_tree(server, record)
+    gate.touch()
+    again = start(tmp_path, servers, [recorder_hook(record, gate, replay=False)], *flags)
+    assert again.wait_for_log("not replaying run 5 of hook build: the hook has replay: false"), again.log
+    assert wait_until(lambda: states(state) == {"finished": 5}, timeout=10), states(state)
+    assert lines(record, "start") == ["1"]
+    assert "replaying run 1 of" not in again.log.replace("not replaying run 1 of", "")
+    assert again.stop() == 0
+
+
+def test_an_unusable_journal_is_logged_and_hooks_are_still_served(tmp_path: Path, servers: list[Server]) -> None:
+    record, gate, state = tmp_path / "record", tmp_path / "gate", tmp_path / "state"
+    state.mkdir()
+    (state / "journal.sqlite3").write_bytes(b"not a database\n" * 500)
+    gate.touch()
+    server = start(tmp_path, servers, [recorder_hook(record, gate)], "-state-dir", str(state), "-metrics")
+    assert server.wait_for_log("serving without a journal"), server.log
+    assert "file is not a database" in server.log
+    assert server.request("POST", "/hooks/build?seq=1")[0] == 200
+    assert wait_until(lambda: lines(record, "end") == ["1"], timeout=15)
+    body = server.request("GET", "/metrics")[2].decode()
+    assert 'hookrunner_journal_runs_total{event="failed"} 1.0' in body
+    assert server.stop() == 0
+
+
+# A run that appends its sequence number to a file: cheap enough for a thousand.
+APPEND = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')"
+
+
+@pytest.mark.slow
+def test_a_thousand_accepted_runs_across_three_crashes_all_run(tmp_path: Path, servers: list[Server]) -> None:
+    out, state = tmp_path / "out", tmp_path / "state"
+    hook = {
+        "id": "append",
+        "execute-command": sys.executable,
+        "pass-arguments-to-command": [
+            {"source": "string", "name": "-c"},
+            {"source": "string", "name": APPEND},
+            {"source": "string", "name": str(out)},
+            {"source": "url", "name": "seq"},
+        ],
+    }
+    cap = 4
+    server = start(tmp_path, servers, [hook], "-state-dir", str(state), "-max-concurrent-commands", str(cap))
+    accepted: set[int] = set()
+    lock = threading.Lock()
+    numbers = itertools.count()
+    target = 1000
+
+    def send() -> None:
+        while True:
+            with lock:
+                if len(accepted) >= target:
+                    return
+                seq = next(numbers)
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+            try:
+                conn.request("POST", f"/hooks/append?seq={seq}")
+                status = conn.getresponse().status
+            except OSError:
+                continue  # the worker died under this request: not accepted
+            finally:
+                conn.close()
+            if status == 200:
+                with lock:
+                    accepted.add(seq)
+
+    crashes = 0
+    with ThreadPoolExecutor(8) as pool:
+        senders = [pool.submit(send) for _ in range(8)]
+        for threshold in (250, 500, 750):
+            assert wait_until(lambda t=threshold: len(accepted) >= t, timeout=60)  # type: ignore[misc]
+            os.kill(server.worker_pid(), signal.SIGKILL)
+            crashes += 1
+        for sender in senders:
+            sender.result(timeout=120)
+    assert crashes == 3 and len(accepted) >= target
+
+    def ran() -> Counter[int]:
+        return Counter(int(line) for line in out.read_text().split())
+
+    assert wait_until(lambda: accepted <= set(ran()), timeout=60), sorted(accepted - set(ran()))[:20]
+    assert wait_until(lambda: set(states(state)) == {"finished"}, timeout=30), states(state)
+    counts = ran()
+    twice = {seq: n for seq, n in counts.items() if n > 1}
+    # Only a run in flight when its worker died (at most `cap` per crash) may run again; a finished one never.
+    assert len(twice) <= 3 * cap, twice
+    print(f"accepted {len(accepted)}, ran {len(counts)}, ran twice {len(twice)}: {sorted(twice)}")
+    assert server.stop() == 0
+
+
+def test_a_second_hookrunner_on_the_same_state_dir_serves_without_a_journal(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    record, gate, state = tmp_path / "record", tmp_path / "gate", tmp_path / "state"
+    hooks = [recorder_hook(record, gate)]
+    first = start(tmp_path, servers, hooks, "-state-dir", str(state), "-max-concurrent-commands", "1")
+    accept_five(first, record)
+    second = start(tmp_path, servers, hooks, "-state-dir", str(state))
+    assert second.wait_for_log(f"run journal: {state} is in use by another hookrunner; serving without"), second.log
+    # It did not take the first one's runs, which are still running and queued there.
+    assert "replaying" not in second.log
+    gate.touch()
+    assert wait_until(lambda: len(lines(record, "end")) == 5, timeout=30), record.read_text()
+    assert Counter(lines(record, "start")) == {str(n): 1 for n in range(1, 6)}
+    assert second.stop() == 0
+    assert first.stop() == 0
