@@ -15,11 +15,11 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from types import FrameType
 
-from hookrunner import tls
 from hookrunner.config import Config
 from hookrunner.errors import DuplicateHookError, UsageError
 from hookrunner.flags import parse_args
-from hookrunner.log import configure, log
+from hookrunner.ops.log import configure, log
+from hookrunner.serve import tls
 
 #: The upstream release whose behaviour hookrunner follows.
 WEBHOOK_COMPATIBLE = "2.8.2"
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if config.validate:
         # Checks the hooks files and exits: no socket, no log set-up, nothing served (docs/limits.md).
-        from hookrunner.validate import run_validation
+        from hookrunner.hooks.validate import run_validation
 
         return run_validation(config.hooks_files, config.template)
 
@@ -283,10 +283,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # Load all of the server's code now: after -setuid/-setgid the interpreter's own files may be out of
     # reach (a Go binary has everything in memory already). -version, -h and flag errors stay fast.
-    import hookrunner.app
-    import hookrunner.executor
-    import hookrunner.hooks
-    import hookrunner.serve  # noqa: F401
+    import hookrunner.hooks.load
+    import hookrunner.run.executor
+    import hookrunner.serve.app
+    import hookrunner.serve.arbiter  # noqa: F401
 
     # Problems found before logging is set up are queued, as webhook does, so they reach -logfile.
     problems: list[str] = []
@@ -347,10 +347,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(config: Config, listener: Listener) -> int:
     """From `version ... starting` to serving; returns only when the server has stopped."""
-    from hookrunner.app import create_app
-    from hookrunner.executor import CommandRunner
-    from hookrunner.hooks import HookRegistry
-    from hookrunner.serve import hold_reload_signals, serve
+    from hookrunner.hooks.load import HookRegistry
+    from hookrunner.run.executor import CommandRunner
+    from hookrunner.serve.app import create_app
+    from hookrunner.serve.arbiter import hold_reload_signals, serve
 
     log.output(f"version {hookrunner_version()} starting")
     log.output("setting up os signal watcher")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hookrunner.hooks import Argument
+    from hookrunner.hooks.load import Argument
 
 
 class HookrunnerError(Exception):

@@ -10,9 +10,9 @@ from typing import Any
 
 from hookrunner.config import Config, Header
 from hookrunner.errors import UsageError
-from hookrunner.godecode import parse_go_duration
-from hookrunner.gostrconv import quote as go_quote
-from hookrunner.gostrconv import underscores_ok
+from hookrunner.golang.decode import parse_go_duration
+from hookrunner.golang.strconv import quote as go_quote
+from hookrunner.golang.strconv import underscores_ok
 
 PROGRAM = "hookrunner"
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner import cli, tls
+from hookrunner import cli
 from hookrunner.flags import usage_text
+from hookrunner.serve import tls
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

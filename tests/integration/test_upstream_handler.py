@@ -34,7 +34,7 @@ from integration_harness import (
     stop_process,
 )
 
-from hookrunner.gotemplate import Template
+from hookrunner.golang.template import Template
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "data" / "upstream-webhook"

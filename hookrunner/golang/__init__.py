@@ -1,0 +1,1 @@
+"""Go's semantics, reproduced: knows nothing of hooks."""

@@ -1,0 +1,1 @@
+"""Running commands: the executor, its limits and the run journal."""

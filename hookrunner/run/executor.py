@@ -1,0 +1,504 @@
+"""Running a hook's command: path lookup, argv, HOOK_ environment, temp files, combined output."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import signal
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from hookrunner.errors import ArgumentError, HookrunnerError
+from hookrunner.golang.strconv import quote as go_quote
+from hookrunner.hooks.load import Argument, Hook
+from hookrunner.hooks.params import argument_value
+from hookrunner.hooks.request import Request
+from hookrunner.ops import metrics
+from hookrunner.ops.log import log
+from hookrunner.run.journal import Journal, LeftOver, RunSpec
+from hookrunner.run.scheduler import Busy, Scheduler
+
+#: How Go's syscall package words the signals a command most often dies of.
+_SIGNAL_TEXT = {
+    signal.SIGHUP: "hangup",
+    signal.SIGINT: "interrupt",
+    signal.SIGQUIT: "quit",
+    signal.SIGILL: "illegal instruction",
+    signal.SIGABRT: "aborted",
+    signal.SIGBUS: "bus error",
+    signal.SIGFPE: "floating point exception",
+    signal.SIGKILL: "killed",
+    signal.SIGUSR1: "user defined signal 1",
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGUSR2: "user defined signal 2",
+    signal.SIGPIPE: "broken pipe",
+    signal.SIGALRM: "alarm clock",
+    signal.SIGTERM: "terminated",
+}
+
+
+class CommandNotFound(HookrunnerError):
+    """exec.LookPath failed; the text is Go's (`exec: "x": executable file not found in $PATH`)."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """Combined stdout+stderr and, when the command failed, Go's error text for it."""
+
+    output: bytes
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def go_errno_text(err: OSError) -> str:
+    """Go's syscall.Errno text: glibc's message with a lower-case first letter."""
+    text = os.strerror(err.errno) if err.errno else str(err)
+    return text[:1].lower() + text[1:]
+
+
+def inherited_environment() -> dict[str, str]:
+    """The environment a command inherits: the server's own, as webhook passes it on.
+
+    Under a C locale Python sets LC_CTYPE=C.UTF-8 in its own environment at start-up (PEP 538 locale
+    coercion); webhook's commands never see that variable, so it is left out when it can only have
+    come from there (no LC_ALL, and LANG unset or C).
+    """
+    env = dict(os.environ)
+    coerced = env.get("LC_CTYPE") in ("C.UTF-8", "C.utf8", "UTF-8")
+    if coerced and not env.get("LC_ALL") and env.get("LANG", "C") in ("", "C", "POSIX"):
+        del env["LC_CTYPE"]
+    return env
+
+
+def _check_executable(path: str) -> None:
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise CommandNotFound(f'exec: "{path}": stat {path}: {go_errno_text(exc)}') from exc
+    if stat.S_ISDIR(info.st_mode) or not os.access(path, os.X_OK):
+        raise CommandNotFound(f'exec: "{path}": permission denied')
+
+
+def look_path(command: str) -> str:
+    """Go's exec.LookPath: a name with a slash is checked as it is, any other is searched on PATH."""
+    if "/" in command:
+        _check_executable(command)
+        return command
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = os.path.join(directory or ".", command)
+        try:
+            _check_executable(candidate)
+        except CommandNotFound:
+            continue
+        return candidate
+    raise CommandNotFound(f'exec: "{command}": executable file not found in $PATH')
+
+
+def resolve_command(hook: Hook) -> str:
+    """webhook's rule: absolute as is; else relative to command-working-directory; else from PATH."""
+    command = hook.execute_command
+    if os.path.isabs(command) or not hook.command_working_directory:
+        return look_path(command)
+    return look_path(os.path.join(hook.command_working_directory, command))
+
+
+# Base64 that Go's StdEncoding and Python's decoder read alike: whole quanta, padding only at the end.
+_CLEAN_BASE64 = re.compile(rb"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+_BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_BASE64_VALUES = {byte: i for i, byte in enumerate(_BASE64_ALPHABET)}
+
+
+def go_base64_decode(data: bytes) -> tuple[bytes, int | None]:
+    """Go's base64.StdEncoding.DecodeString: \\r and \\n are skipped anywhere; on corrupt input, the bytes of
+    the whole quanta before the error and the offset Go reports (None when there is no error)."""
+    stripped = data.replace(b"\r", b"").replace(b"\n", b"")
+    if _CLEAN_BASE64.fullmatch(stripped):
+        return base64.b64decode(stripped), None
+    out = bytearray()
+    si, end = 0, len(data)
+    while si < end:
+        quantum = [0, 0, 0, 0]
+        size, j, error = 4, 0, None
+        while j < 4:
+            if si == end:
+                if j == 0:
+                    return bytes(out), None
+                return bytes(out), si - j
+            byte = data[si]
+            si += 1
+            if byte in _BASE64_VALUES:
+                quantum[j] = _BASE64_VALUES[byte]
+                j += 1
+                continue
+            if byte in b"\r\n":
+                continue
+            if byte != ord("=") or j < 2:
+                return bytes(out), si - 1
+            if j == 2:  # "==" is expected; line breaks may sit between the two
+                while si < end and data[si] in b"\r\n":
+                    si += 1
+                if si == end:
+                    return bytes(out), end
+                if data[si] != ord("="):
+                    return bytes(out), si - 1
+                si += 1
+            while si < end and data[si] in b"\r\n":
+                si += 1
+            if si < end:
+                error = si  # data after the padding; the padded quantum still counts
+            size = j
+            break
+        value = quantum[0] << 18 | quantum[1] << 12 | quantum[2] << 6 | quantum[3]
+        out += value.to_bytes(3, "big")[: size - 1]
+        if error is not None:
+            return bytes(out), error
+    return bytes(out), None
+
+
+def _decode_base64(text: str) -> bytes:
+    decoded, error = go_base64_decode(text.encode("utf-8", "surrogateescape"))
+    if error is not None:
+        log.printf("error decoding string [illegal base64 data at input byte %d]", error)
+    return decoded
+
+
+def _values(req: Request, args: tuple[Argument, ...], what: str) -> list[tuple[Argument, str | None]]:
+    result: list[tuple[Argument, str | None]] = []
+    for arg in args:
+        try:
+            result.append((arg, argument_value(arg, req)))
+        except HookrunnerError:
+            log.request(req.id, f"error extracting command arguments{what}: {ArgumentError(arg)}\n")
+            result.append((arg, None))
+    return result
+
+
+def _exit_text(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    sig = -returncode
+    try:
+        name = _SIGNAL_TEXT.get(signal.Signals(sig), f"signal {sig}")
+    except ValueError:
+        name = f"signal {sig}"
+    return f"signal: {name}"
+
+
+def prepare(hook: Hook, req: Request) -> RunSpec:
+    """What a run of `hook` for `req` starts: argv, the hook's variables, its files' contents, its folder."""
+    argv = [hook.execute_command]
+    argv += [value or "" for _, value in _values(req, hook.pass_arguments, "")]
+    env: list[tuple[str, str]] = []
+    for arg, value in _values(req, hook.pass_environment, " for environment"):
+        if value is not None:
+            env.append((arg.envname or "HOOK_" + arg.name, value))
+    files: list[tuple[str, bytes]] = []
+    for arg, value in _values(req, hook.pass_file, " for file"):
+        if value is None:
+            continue
+        envname = arg.envname
+        if not envname:
+            envname = "HOOK_" + arg.name.upper()
+            log.printf("no ENVVAR name specified, falling back to [%s]", envname)
+        data = _decode_base64(value) if arg.base64decode else value.encode("utf-8", "surrogateescape")
+        files.append((envname, data))
+    return RunSpec(
+        hook_id=hook.id,
+        request_id=req.id,
+        command=hook.execute_command,
+        argv=tuple(argv),
+        env=tuple(env),
+        files=tuple(files),
+        cwd=hook.command_working_directory,
+    )
+
+
+class CommandRunner:
+    """Runs hook commands, each in its own process group, within timeouts and concurrency limits."""
+
+    def __init__(
+        self, command_timeout: float = 0.0, max_concurrent: int = 0, kill_grace: float = 5.0
+    ) -> None:
+        self.command_timeout = command_timeout
+        self.kill_grace = kill_grace
+        #: How a request waits for the run whose output it answers with. A serving worker whose requests
+        #: are greenlets replaces it with a wait that does not block its event loop (greenworker).
+        self.wait_for: Callable[[Future[CommandResult]], CommandResult] = Future.result
+        self._lock = threading.Lock()
+        self._processes: set[subprocess.Popen[bytes]] = set()
+        self._scheduler: Scheduler[CommandResult] = Scheduler(max_concurrent)
+        # Set when shutdown gives up waiting: queued runs must not start commands the exiting process
+        # would leave behind (each in a session of its own, nothing would end them).
+        self._closing = False
+        #: The run journal (-state-dir), attached in the serving process; None: runs live in memory only.
+        self.journal: Journal | None = None
+        # The journal rows each pending run answers for: a coalesced request's row is finished by the run
+        # it was merged into.
+        self._journal_lock = threading.Lock()
+        self._journal_ids: dict[Future[CommandResult], list[int]] = {}
+
+    @property
+    def running(self) -> int:
+        """Commands whose process is alive now."""
+        with self._lock:
+            return len(self._processes)
+
+    @property
+    def queued(self) -> int:
+        """Runs admitted but waiting for a free slot."""
+        return self._scheduler.queued
+
+    def submit(self, hook: Hook, req: Request) -> Future[CommandResult]:
+        """Admit a run under the hook's limits; raises Busy when it is at its limit with a full queue.
+
+        With a journal the run is written down (durably) before it is admitted, so before the request is
+        answered."""
+        journal = self.journal
+        if journal is None or not journal.enabled:
+            future, how = self._scheduler.submit(hook.id, hook.limits, lambda: self._guarded_run(hook, req))
+            if how != "started":
+                log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
+            return future
+        spec = prepare(hook, req)
+        run_id = journal.record(spec)
+        try:
+            future, how = self._scheduler.submit(
+                hook.id, hook.limits, lambda: self._journaled_run(hook, spec, run_id)
+            )
+        except Busy:
+            if run_id is not None:
+                journal.finished([run_id], "not run: busy")
+            raise
+        if how != "started":
+            log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
+        self._track(future, run_id, how)
+        return future
+
+    def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int:
+        """Admit the runs a previous process left unfinished, oldest first, under the limits of their hooks
+        as they are now; returns how many were admitted."""
+        journal = self.journal
+        if journal is None:
+            return 0
+        replayed = 0
+        for left in left_overs:
+            spec = left.spec
+            hook = find(spec.hook_id)
+            if hook is None:
+                log.output(f"not replaying run {left.run_id} of hook {spec.hook_id}: no such hook any more")
+                journal.finished([left.run_id], "not replayed: no such hook")
+                continue
+            if not hook.replay:
+                log.output(f"not replaying run {left.run_id} of hook {hook.id}: the hook has replay: false")
+                journal.finished([left.run_id], "not replayed: replay is false")
+                continue
+            log.output(f"replaying run {left.run_id} of hook {hook.id}, accepted at {_utc(left.accepted_at)}")
+            metrics.record_journal("replayed")
+            run_id = left.run_id
+            future, how = self._scheduler.submit(
+                hook.id,
+                hook.limits,
+                lambda hook=hook, spec=spec, run_id=run_id: self._journaled_run(hook, spec, run_id),  # type: ignore[misc]
+                admitted=True,
+            )
+            self._track(future, run_id, how)
+            replayed += 1
+        return replayed
+
+    def _journaled_run(self, hook: Hook, spec: RunSpec, run_id: int | None) -> CommandResult:
+        if run_id is not None and self.journal is not None:
+            self.journal.running(run_id)
+        try:
+            return self.execute(hook, spec)
+        except Exception as exc:  # noqa: BLE001 - a background command must never die silently
+            log.request(spec.request_id, f"error running command: {exc}")
+            return CommandResult(b"", str(exc))
+
+    def _track(self, future: Future[CommandResult], run_id: int | None, how: str) -> None:
+        """Finish `run_id`'s row when `future` (its run, or the run it was coalesced into) is done."""
+        if run_id is None:
+            return
+        with self._journal_lock:
+            ids = self._journal_ids.get(future)
+            if ids is not None:
+                ids.append(run_id)
+                return
+            self._journal_ids[future] = [run_id]
+        future.add_done_callback(self._journal_done)
+
+    def _journal_done(self, future: Future[CommandResult]) -> None:
+        with self._journal_lock:
+            ids = self._journal_ids.pop(future, [])
+            closing = self._closing
+        if closing or self.journal is None:
+            # Shutdown gave up on these runs (killed, or never started): left unfinished, to be replayed.
+            return
+        exc = future.exception()
+        if exc is not None:
+            status = f"error: {type(exc).__name__}"
+        else:
+            status = future.result().error or "exit status 0"
+        self.journal.finished(ids, status)
+
+    def start(self, hook: Hook, req: Request) -> None:
+        """Run in the background (webhook's `go handleHook`); raises Busy like submit."""
+        self.submit(hook, req)
+
+    def _guarded_run(self, hook: Hook, req: Request) -> CommandResult:
+        try:
+            return self.run(hook, req)
+        except Exception as exc:  # noqa: BLE001 - a background command must never die silently
+            log.request(req.id, f"error running command: {exc}")
+            return CommandResult(b"", str(exc))
+
+    def run(self, hook: Hook, req: Request) -> CommandResult:
+        """Run the hook's command for this request and wait for it."""
+        return self.execute(hook, prepare(hook, req))
+
+    def execute(self, hook: Hook, spec: RunSpec) -> CommandResult:
+        """Run a prepared run (from a request, or replayed from the journal) and wait for it."""
+        rid = spec.request_id
+        try:
+            path = resolve_command(hook)
+        except CommandNotFound as exc:
+            log.request(rid, f"error in {exc}")
+            if " " in hook.execute_command:
+                first = hook.execute_command.split()[0]
+                log.request(rid, f"use 'pass-arguments-to-command' to specify args for '{first}'")
+            metrics.record_run(hook.id, "not_found", None)
+            return CommandResult(b"", str(exc))
+
+        argv = list(spec.argv)
+        envs = [f"{key}={value}" for key, value in spec.env]
+        files: list[str] = []
+        for envname, data in spec.files:
+            try:
+                fd, name = tempfile.mkstemp(prefix=envname, dir=spec.cwd or None)
+            except OSError as exc:
+                log.request(rid, f"error creating temp file [{exc}]")
+                continue
+            log.request(rid, f"writing env {envname} file {name}")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+            except OSError as exc:
+                log.request(rid, f"error writing file {name} [{exc}]")
+            files.append(name)
+            envs.append(f"{envname}={name}")
+
+        env = inherited_environment()
+        for entry in envs:
+            key, _, value = entry.partition("=")
+            env[key] = value
+        cwd = spec.cwd
+        quoted = " ".join(go_quote(a) for a in argv)
+        log.request(
+            rid,
+            f"executing {spec.command} ({path}) with arguments [{quoted}] "
+            f"and environment [{' '.join(envs)}] using {cwd} as cwd\n",
+            hook=hook.id,
+            event="command_started",
+        )
+        timeout = hook.command_timeout or self.command_timeout
+        started = time.monotonic()
+        output, error = self._spawn(path, argv, env, cwd or None, timeout, rid)
+        metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
+        text = output.decode("utf-8", "replace")
+        log.request(rid, f"command output: {text}\n", hook=hook.id, event="command_output")
+        if error is not None:
+            log.request(rid, f"error occurred: {error}\n", hook=hook.id, event="command_failed")
+        for name in files:
+            log.request(rid, f"removing file {name}\n")
+            try:
+                os.remove(name)
+            except OSError as exc:
+                log.request(rid, f"error removing file {name} [{exc}]")
+        log.request(rid, f"finished handling {hook.id}\n", hook=hook.id, event="command_finished")
+        return CommandResult(output, error)
+
+    def _spawn(
+        self, path: str, argv: list[str], env: dict[str, str], cwd: str | None, timeout: float, rid: str
+    ) -> tuple[bytes, str | None]:
+        with self._lock:
+            if self._closing:
+                return b"", "not started: hookrunner is shutting down"
+        try:
+            process = subprocess.Popen(
+                argv,
+                executable=path,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: a timeout or shutdown ends all of it
+            )
+        except OSError as exc:
+            return b"", f"fork/exec {path}: {go_errno_text(exc)}"
+        with self._lock:
+            self._processes.add(process)
+            closing = self._closing
+        if closing:
+            # Shutdown took its list of processes while this one was being started.
+            _signal_group(process.pid, signal.SIGKILL)
+        timed_out = False
+        try:
+            try:
+                output, _ = process.communicate(timeout=timeout or None)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                log.request(rid, f"command timed out after {timeout:g}s; terminating its process group")
+                output = self._stop_group(process)
+        finally:
+            with self._lock:
+                self._processes.discard(process)
+        if timed_out:
+            return output, f"command timed out after {timeout:g}s ({_exit_text(process.returncode)})"
+        if process.returncode != 0:
+            return output, _exit_text(process.returncode)
+        return output, None
+
+    def _stop_group(self, process: subprocess.Popen[bytes]) -> bytes:
+        """TERM the whole group, then KILL it if it is still there after the grace period."""
+        _signal_group(process.pid, signal.SIGTERM)
+        try:
+            output, _ = process.communicate(timeout=self.kill_grace)
+        except subprocess.TimeoutExpired:
+            _signal_group(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+        # Children that ignored TERM and outlived the leader still belong to the group.
+        _signal_group(process.pid, signal.SIGKILL)
+        return output
+
+    def shutdown(self, grace: float) -> None:
+        """Wait up to `grace` seconds for running and queued commands, then kill what is left."""
+        if self._scheduler.wait_idle(max(grace, 0.0)):
+            return
+        with self._lock:
+            self._closing = True
+            leftovers = list(self._processes)
+        for process in leftovers:
+            log.output(f"shutdown: killing the process group of command {process.pid}")
+            _signal_group(process.pid, signal.SIGKILL)
+
+
+def _utc(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass  # already gone

@@ -1,0 +1,731 @@
+"""The Flask app: webhook's routes, status codes, messages and log lines, answer for answer."""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import random
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from flask import Flask, Response, request
+from gunicorn.http import errors as http_errors
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.wrappers import Response as WerkzeugResponse
+
+from hookrunner.config import Config
+from hookrunner.errors import (
+    ArgumentError,
+    HookrunnerError,
+    MultipartError,
+    ParameterNodeError,
+    PayloadParseError,
+    SignatureError,
+    SourceError,
+)
+from hookrunner.golang.sniff import detect_content_type
+from hookrunner.golang.status import is_known_status, status_line
+from hookrunner.golang.strconv import quote as go_quote
+from hookrunner.hooks.explain import explain, explanation_text
+from hookrunner.hooks.load import Hook, HookRegistry
+from hookrunner.hooks.params import (
+    ReplacePanicError,
+    argument_value,
+    decode_json_map,
+    replace_parameter,
+)
+from hookrunner.hooks.request import (
+    Request,
+    canonical_header_key,
+    go_parse_query,
+    parse_form_payload,
+    parse_json_payload,
+    parse_multipart,
+    parse_xml_payload,
+)
+from hookrunner.ops import metrics
+from hookrunner.ops.log import log
+from hookrunner.run.executor import CommandRunner
+from hookrunner.run.scheduler import Busy
+from hookrunner.serve.proxies import forwarded_client, parse_networks
+
+MSG_NOT_FOUND = b"Hook not found."
+MSG_MISMATCH = b"Hook rules were not satisfied."
+MSG_RULE_ERROR = b"Error occurred while evaluating hook rules."
+MSG_MULTIPART = b"Error occurred while parsing multipart form."
+MSG_COMMAND_ERROR = (
+    b"Error occurred while executing the hook's command. Please check your logs for more details."
+)
+TEXT_PLAIN = "text/plain; charset=utf-8"
+#: Where the server puts the request's headers as a list of (name, value), repeats included.
+HEADER_LIST_KEY = "hookrunner.header_list"
+GO_BUFFER_BEFORE_CHUNKING = 2048
+
+#: WSGI keys that are not request headers in Go's sense (Go moves Host and Transfer-Encoding out).
+_NOT_HEADERS = {"HTTP_HOST", "HTTP_TRANSFER_ENCODING"}
+
+
+class Answer(Response):
+    """A response with no default Content-Type: like Go, an empty body carries none."""
+
+    default_mimetype = None
+    automatically_set_content_length = True
+    #: What webhook's handler itself wrote, for the -debug dump: WriteHeader's code (0 if it never
+    #: called it) and the headers it set (Go sniffs Content-Type only later).
+    written_status = 0
+    written_headers: dict[str, str] = {}
+
+    def get_wsgi_headers(self, environ: dict[str, Any]) -> Any:
+        headers = super().get_wsgi_headers(environ)
+        # Go writes a Location as it was given (a redirect keeps the raw query's bytes and brackets);
+        # werkzeug would re-encode it as a URI.
+        location = self.headers.get("Location")
+        if location is not None:
+            headers["Location"] = location
+        # net/http gives a HEAD answer a Content-Length only when the handler wrote some body.
+        if environ.get("REQUEST_METHOD") == "HEAD" and self.is_sequence and not self.get_data():
+            headers.pop("Content-Length", None)
+        return headers
+
+
+def answer(status: int, body: bytes, headers: dict[str, str], explicit_type: str | None = None) -> Answer:
+    """Build an answer the way Go's ResponseWriter would frame it (sniffed type, no body on 204/304/1xx).
+
+    A status of 0 means the handler never called WriteHeader: Go then answers 200.
+    """
+    written_status = status
+    status = status or 200
+    headers = dict(headers)
+    if explicit_type is not None:
+        headers["Content-Type"] = explicit_type
+    written_headers = dict(headers)
+    bodyless = status == 204 or status == 304 or 100 <= status < 200
+    if bodyless:
+        body = b""
+    elif body and "Content-Type" not in headers:
+        headers["Content-Type"] = detect_content_type(body)
+    response = Answer(body, status=status_line(status), headers=list(headers.items()))
+    if bodyless or len(body) > GO_BUFFER_BEFORE_CHUNKING:
+        # Go knows the length only of a body that fits its 2 KiB buffer; a longer one goes out chunked.
+        response.headers.pop("Content-Length", None)
+        response.automatically_set_content_length = False
+    response.written_status = written_status
+    response.written_headers = written_headers
+    return response
+
+
+# environ key set when the request body could not be read: the answer then closes the connection.
+BODY_FAILED_KEY = "hookrunner.body_failed"
+
+
+def _go_body_error(exc: Exception) -> str:
+    """net/http's words for a request body that cannot be read."""
+    if isinstance(exc, http_errors.InvalidChunkSize):
+        return "invalid byte in chunk length"
+    if isinstance(exc, http_errors.ChunkMissingTerminator) and exc.term:
+        return "malformed chunked encoding"
+    return "unexpected EOF"
+
+
+def read_body(rid: str) -> bytes:
+    """The request body, as `request.get_data()` returns it, in one read instead of 64 KiB pieces.
+
+    werkzeug reads a body 64 KiB at a time, and each piece makes gunicorn copy what it holds beyond it,
+    which dominates a 1 MiB signed push. A declared length over the limit is 413 before reading; a body
+    without a length (chunked) is capped by CappedInput, which create_app puts in front of the app.
+    A body that breaks off or has a malformed chunk is handled as webhook does: the error is logged, the
+    hook gets what arrived before it, and the answer closes the connection.
+    """
+    # Without a declared length the body is chunked, and CappedInput enforces the limit while reading.
+    limit = request.max_content_length if request.content_length is not None else None
+    stream = request.environ["wsgi.input"]
+    if limit is not None:
+        length = request.content_length
+        if length is not None and length > limit:
+            raise RequestEntityTooLarge()
+    try:
+        return bytes(stream.read() if limit is None else stream.read(limit))
+    except HTTPException:
+        raise  # 413 from CappedInput, 408 from -read-timeout: answers of their own
+    except Exception as exc:
+        log.request(rid, f"error reading the request body: {_go_body_error(exc)}")
+        request.environ[BODY_FAILED_KEY] = True
+    try:
+        # What arrived before the error: gunicorn keeps it, and its failed reader now reports the end.
+        return bytes(stream.read() if limit is None else stream.read(limit))
+    except Exception:
+        return b""
+
+
+def go_method() -> str:
+    """The method as sent: Go keeps `post` distinct from `POST` (werkzeug upper-cases it)."""
+    return str(request.environ.get("REQUEST_METHOD", "GET"))
+
+
+def go_request_path(environ: dict[str, Any]) -> str:
+    """The decoded URL path as Go's server sees it, taken from the raw request target when there is one.
+
+    WSGI servers normalise PATH_INFO (gunicorn reads `//hooks/a` as a host and a path); webhook routes
+    on Go's URL.Path, so the raw target is parsed here. A bad percent-escape raises ValueError (Go: 400).
+    """
+    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    if not raw:
+        return str(environ.get("PATH_INFO", "")) or "/"
+    if raw == "*":
+        return "*"
+    if not raw.startswith("/"):  # absolute-form: http://host/path
+        raw = urlsplit(raw).path or "/"
+    target = raw.split("?", 1)[0].encode("latin-1")
+    if b"%" not in target:
+        return target.decode("utf-8", "surrogateescape")
+    out = bytearray()
+    i = 0
+    while i < len(target):
+        if target[i] == 0x25:
+            pair = target[i + 1 : i + 3]
+            if len(pair) < 2 or not all(b in b"0123456789abcdefABCDEF" for b in pair):
+                raise ValueError("invalid URL escape")
+            out.append(int(pair, 16))
+            i += 3
+        else:
+            out.append(target[i])
+            i += 1
+    return out.decode("utf-8", "surrogateescape")
+
+
+def clean_path(path: str) -> str:
+    """gorilla/mux's cleanPath: Go's path.Clean that keeps a trailing slash."""
+    if not path:
+        return "/"
+    if not path.startswith("/"):
+        path = "/" + path
+    cleaned = posixpath.normpath(path)
+    if cleaned.startswith("//"):
+        cleaned = "/" + cleaned.lstrip("/")
+    if path.endswith("/") and cleaned != "/":
+        cleaned += "/"
+    return cleaned
+
+
+def go_duration(seconds: float) -> str:
+    """Go's time.Duration.String() for a non-negative duration under a minute (webhook's access log)."""
+    ns = int(seconds * 1e9)
+    if ns < 1000:
+        return f"{ns}ns"
+    for unit, scale in (("µs", 3), ("ms", 6), ("s", 9)):
+        if ns < 10 ** (scale + 3) or unit == "s":
+            whole, frac = divmod(ns, 10**scale)
+            digits = f"{frac:0{scale}d}".rstrip("0")
+            return f"{whole}{'.' + digits if digits else ''}{unit}"
+    return f"{ns}ns"  # not reached
+
+
+def humanize_bytes(size: int) -> str:
+    """go-humanize's IBytes, as webhook's access log prints the body size."""
+    if size < 10:
+        return f"{size} B"
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    exponent = 0
+    while size >= 1024 ** (exponent + 1) and exponent < len(units) - 1:
+        exponent += 1
+    value = int(size / 1024**exponent * 10 + 0.5) / 10
+    return f"{value:.1f} {units[exponent]}" if value < 10 else f"{value:.0f} {units[exponent]}"
+
+
+class HookApp:
+    """Holds what the routes need; the Flask app calls into it."""
+
+    def __init__(self, config: Config, registry: HookRegistry, runner: CommandRunner) -> None:
+        self.config = config
+        self.registry = registry
+        self.runner = runner
+        self.global_headers = {canonical_header_key(h.name): h.value for h in config.headers}
+        self.allowed_methods = config.allowed_methods
+        self.trusted_proxies = parse_networks(config.trusted_proxies)
+        # -metrics: the metric objects live as long as the app (created in the master, used in the worker).
+        self.metrics = metrics.enable(registry, runner) if config.metrics else None
+        if self.metrics is None:
+            metrics.disable()
+
+    # --- request ids and the access log -------------------------------------------------------------
+
+    def request_id(self) -> str:
+        if self.config.x_request_id:
+            given = request.headers.get("X-Request-Id", "")
+            limit = self.config.x_request_id_limit
+            if limit > 0 and len(given.encode()) > limit:
+                given = given.encode()[:limit].decode("utf-8", "replace")
+            if given:
+                return given
+        # Six random hex digits, as webhook's ids; getrandbits, unlike uuid4, needs no urandom syscall.
+        return f"{random.getrandbits(24):06x}"
+
+    def access_log(self, rid: str, response: Answer, started: float) -> None:
+        if not (log.enabled or log.access):
+            return
+        environ = request.environ
+        uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path.rstrip("?")
+        size = len(response.get_data())
+        elapsed = time.perf_counter() - started
+        log.request(
+            rid,
+            f"{response.status_code:03d} | {humanize_bytes(size)} | "
+            f"{go_duration(elapsed)}"
+            f" | {request.environ.get('HTTP_HOST', '')} | {go_method()} {uri}",
+            event="access",
+            fields={
+                "status": response.status_code,
+                "bytes": size,
+                "duration_ms": round(elapsed * 1000, 3),
+                "host": request.environ.get("HTTP_HOST", ""),
+                "method": go_method(),
+                "uri": uri,
+            },
+        )
+
+    # --- -debug: webhook's request/response dumper ---------------------------------------------------
+
+    def dump_request(self, rid: str) -> None:
+        """Go's httputil.DumpRequest, each line prefixed `> [id] `, written straight to the log."""
+        environ = request.environ
+        uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path.rstrip("?")
+        lines = [f"{go_method()} {uri} {environ.get('SERVER_PROTOCOL', 'HTTP/1.1')}"]
+        host = request.environ.get("HTTP_HOST", "")
+        if not uri.startswith(("http://", "https://")) and host:
+            lines.append(f"Host: {host}")
+        chunked = environ.get("HTTP_TRANSFER_ENCODING", "")
+        if chunked:
+            lines.append(f"Transfer-Encoding: {chunked}")
+        headers = self.request_headers(environ)
+        headers.pop("Trailer", None)
+        lines += [f"{key}: {headers[key]}" for key in sorted(headers)]
+        lines.append("")
+        body = request.get_data(cache=True)
+        if body:
+            lines += body.decode("utf-8", "replace").splitlines()
+        text = "".join(f"> [{rid}] {line}\n" for line in lines)
+        log.raw(text, request_id=rid, event="request_dump", plain="\n".join(lines))
+
+    def dump_response(self, rid: str, response: Answer) -> None:
+        """The dumper's view of the answer: WriteHeader's code (`0 ` if never called), headers, body."""
+        status = response.written_status
+        phrase = status_line(status).partition(" ")[2] if is_known_status(status) else ""
+        out = [f"< [{rid}] {status} {phrase}\n"]
+        written = response.written_headers
+        out += [f"< [{rid}] {key}: {written[key]}\n" for key in sorted(written)]
+        body = response.get_data()
+        if body:
+            out.append(f"< [{rid}]\n")
+            out += [f"< [{rid}] {line}\n" for line in body.decode("utf-8", "replace").splitlines()]
+        log.raw("".join(out), request_id=rid, event="response_dump",
+                plain="\n".join(line[len(f"< [{rid}]") :].strip() for line in out))
+
+    # --- routes -------------------------------------------------------------------------------------
+
+    def root(self) -> Answer:
+        started = time.perf_counter()
+        rid = self.request_id()
+        if self.config.debug:
+            self.dump_request(rid)
+        response = answer(0, b"OK", self.global_headers)
+        if self.config.debug:
+            self.dump_response(rid, response)
+        self.access_log(rid, response, started)
+        return response
+
+    # --- beyond the reference: metrics and health (docs/observability.md) ----------------------------
+
+    def known_id(self, hook_id: str) -> str:
+        """The metrics label for an id: the id when it is loaded, else "" (a scanner adds no series)."""
+        return hook_id if self.registry.match(hook_id) is not None else ""
+
+    def observe(self, kind: str) -> Answer:
+        """`/metrics` (with -metrics) and `/healthz`: GET and HEAD only, each with a one-line access log."""
+        started = time.perf_counter()
+        rid = self.request_id()
+        if go_method() not in ("GET", "HEAD"):
+            response = answer(405, b"", {**self.global_headers, "Allow": "GET, HEAD"})
+        elif kind == "metrics":
+            assert self.metrics is not None
+            body, content_type = self.metrics.exposition(request.headers.get("Accept", ""))
+            response = answer(200, body, self.global_headers, content_type)
+        elif "ready" in request.args and len(self.registry) == 0:
+            # Readiness: a runner whose hooks files gave no hooks should get no traffic.
+            response = answer(503, b"No hooks are loaded.", self.global_headers, TEXT_PLAIN)
+        else:
+            response = answer(200, b"OK", self.global_headers, TEXT_PLAIN)
+        self.access_log(rid, response, started)
+        return response
+
+    def hook(self, hook_id: str = "") -> Answer:
+        started = time.perf_counter()
+        rid = self.request_id()
+        if self.config.debug:
+            self.dump_request(rid)
+        try:
+            response = self.handle(rid, hook_id)
+        except RequestEntityTooLarge:
+            log.request(rid, f"request body larger than {self.config.max_body_size} bytes, answering 413")
+            metrics.record_request(self.known_id(hook_id), metrics.ERROR)
+            response = answer(413, b"Request body too large.", dict(self.global_headers))
+        except ReplacePanicError as exc:
+            # webhook's handler panics here; chi's recoverer answers with http.Error's 500.
+            log.request(rid, f"panic: {exc}")
+            metrics.record_request(self.known_id(hook_id), metrics.ERROR)
+            headers = {**self.global_headers, "X-Content-Type-Options": "nosniff"}
+            response = answer(500, b"Internal Server Error\n", headers, TEXT_PLAIN)
+        if request.environ.get(BODY_FAILED_KEY):
+            response.headers["Connection"] = "close"  # net/http does not reuse it after a broken body
+        if self.config.debug:
+            self.dump_response(rid, response)
+        self.access_log(rid, response, started)
+        return response
+
+    def handle(self, rid: str, hook_id: str) -> Answer:
+        method = go_method()
+        remote_addr = self.remote_addr()
+        log.request(rid, f"incoming HTTP {method} request from {remote_addr}\n", event="incoming")
+        hook = self.registry.match(hook_id)
+        if hook is None:
+            metrics.record_request("", metrics.NOT_FOUND)  # unknown ids share one label
+            return answer(404, MSG_NOT_FOUND, {})
+        if not self.method_allowed(hook, method):
+            log.request(
+                rid,
+                f"HTTP {method} method not allowed for hook {go_quote(hook_id)}",
+                level="warn", hook=hook.id, event="method_not_allowed",
+            )
+            metrics.record_request(hook.id, metrics.METHOD_NOT_ALLOWED)
+            return answer(405, b"", {})
+        log.request(rid, f"{hook_id} got matched\n", hook=hook.id, event="matched")
+        headers = dict(self.global_headers)
+
+        req = self.parse_request(rid, hook, remote_addr)
+        if isinstance(req, Answer):
+            metrics.record_request(hook.id, metrics.ERROR)
+            return req
+        for error in self.parse_json_parameters(hook, req):
+            log.request(rid, f"error parsing JSON parameters: {error}\n")
+
+        ok = True
+        if hook.trigger_rule is not None:
+            req.allow_signature_errors = hook.signature_soft_failures
+            # Go's (result, error) pair: `not` over a missing parameter is true *and* carries the error.
+            ok, error = hook.trigger_rule.check(req)
+            if error is not None:
+                if not isinstance(error, ParameterNodeError):
+                    log.request(
+                        rid,
+                        f"error evaluating hook: {error}",
+                        level="error",
+                        hook=hook.id,
+                        event="rule_error",
+                    )
+                    bad_signature = isinstance(error, SignatureError)
+                    outcome = metrics.SIGNATURE_ERROR if bad_signature else metrics.RULE_ERROR
+                    metrics.record_request(hook.id, outcome)
+                    return answer(500, MSG_RULE_ERROR, headers)
+                log.request(rid, str(error), hook=hook.id, event="parameter_not_found")
+
+        if not ok:
+            status = self.configured_status(rid, hook, hook.mismatch_status)
+            log.request(
+                rid,
+                f"{hook.id} got matched, but didn't get triggered "
+                "because the trigger rules were not satisfied\n",
+                hook=hook.id,
+                event="rules_not_satisfied",
+            )
+            if log.enabled and hook.trigger_rule is not None:
+                self.log_explanation(rid, hook, req)
+            metrics.record_request(hook.id, metrics.RULES_NOT_SATISFIED)
+            return answer(status, MSG_MISMATCH, headers)
+
+        log.request(rid, f"{hook.id} hook triggered successfully\n", hook=hook.id, event="triggered")
+        for header in hook.response_headers:
+            headers[canonical_header_key(header.name)] = header.value
+        try:
+            future = self.runner.submit(hook, req)
+        except Busy as busy:
+            log.request(
+                rid,
+                f"{hook.id} is busy: concurrency limit and queue full, answering 429",
+                level="warn", hook=hook.id, event="busy",
+            )
+            metrics.record_request(hook.id, metrics.BUSY)
+            headers["Retry-After"] = str(busy.retry_after)
+            return answer(429, b"Too many runs of this hook are already running or queued.", headers)
+        metrics.record_request(hook.id, metrics.SERVED)
+        if hook.capture_output:
+            result = self.runner.wait_for(future)
+            if not result.ok:
+                if hook.capture_output_on_error:
+                    return answer(500, result.output, headers)
+                return answer(500, MSG_COMMAND_ERROR, headers, explicit_type=TEXT_PLAIN)
+            status = self.configured_status(rid, hook, hook.success_status)
+            return answer(status, result.output, headers)
+        status = self.configured_status(rid, hook, hook.success_status)
+        return answer(status, hook.response_message.encode("utf-8", "surrogateescape"), headers)
+
+    # --- pieces of the handler ----------------------------------------------------------------------
+
+    def method_allowed(self, hook: Hook, method: str) -> bool:
+        if hook.http_methods:
+            return any(method == m.strip().upper() for m in hook.http_methods)
+        if self.allowed_methods:
+            return method in self.allowed_methods
+        return True
+
+    def log_explanation(self, rid: str, hook: Hook, req: Request) -> None:
+        """One extra line after webhook's mismatch line: the clauses that decided it, secrets redacted."""
+        clauses = explain(hook.trigger_rule, req)
+        if not clauses:
+            return
+        log.request(
+            rid,
+            explanation_text(hook.id, clauses),
+            hook=hook.id,
+            event="rule_explanation",
+            fields={
+                "clauses": [
+                    {
+                        "path": c.path,
+                        "type": c.type,
+                        "parameter": c.parameter,
+                        "value": c.value,
+                        "reason": c.reason,
+                    }
+                    for c in clauses
+                ]
+            },
+        )
+
+    def configured_status(self, rid: str, hook: Hook, code: int) -> int:
+        """The hook's configured code, or 0 (Go's implicit 200) when none or an unknown one is set."""
+        if code == 0:
+            return 0
+        if not is_known_status(code):
+            log.request(
+                rid,
+                f"{hook.id} got matched, but the configured return code {code} is unknown "
+                "- defaulting to 200\n",
+            )
+            return 0
+        return code
+
+    def remote_addr(self) -> str:
+        environ = request.environ
+        host = environ.get("REMOTE_ADDR") or ""
+        port = environ.get("REMOTE_PORT") or ""
+        if not host:
+            return "@"  # a unix socket peer, as Go reports it
+        if host.startswith("::ffff:") and "." in host:
+            # An IPv4 peer of a dual-stack listener (the default -ip): Go prints the IPv4 address.
+            host = host[len("::ffff:") :]
+        if self.trusted_proxies:
+            # -trusted-proxies (docs/limits.md): the client a trusted proxy forwarded, port unknown (0).
+            header_list = environ.get(HEADER_LIST_KEY)
+            if header_list is not None:
+                values = [value for name, value in header_list if name.upper() == "X-FORWARDED-FOR"]
+            else:
+                values = [environ.get("HTTP_X_FORWARDED_FOR", "")]
+            client = forwarded_client(self.trusted_proxies, host, values)
+            if client is not None:
+                host, port = client
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{host}:{port}"
+
+    @staticmethod
+    def request_headers(environ: dict[str, Any]) -> dict[str, Any]:
+        """The request's headers under Go's canonical names; Go keeps Host and Transfer-Encoding apart."""
+        headers: dict[str, Any] = {}
+        header_list = environ.get(HEADER_LIST_KEY)
+        if header_list is not None:
+            # The server's own list keeps repeated headers apart: Go takes the first value of each.
+            for name, value in header_list:
+                key = canonical_header_key(name)
+                if key not in ("Host", "Transfer-Encoding"):
+                    headers.setdefault(key, value.encode("latin-1").decode("utf-8", "surrogateescape"))
+            return headers
+        for key, value in environ.items():
+            if key.startswith("HTTP_") and key not in _NOT_HEADERS:
+                # WSGI hands header bytes over as latin-1; Go keeps them as they came (UTF-8 or not).
+                value = value.encode("latin-1").decode("utf-8", "surrogateescape")
+                headers.setdefault(canonical_header_key(key[5:].replace("_", "-")), value)
+        if environ.get("CONTENT_TYPE"):
+            headers.setdefault("Content-Type", environ["CONTENT_TYPE"])
+        if environ.get("CONTENT_LENGTH"):
+            headers.setdefault("Content-Length", environ["CONTENT_LENGTH"])
+        return headers
+
+    def parse_request(self, rid: str, hook: Hook, remote_addr: str) -> Request | Answer:
+        environ = request.environ
+        # The first Content-Type of repeated ones, as Go's Header.Get reads it (the worker sets it).
+        request_type = environ.get("CONTENT_TYPE", "")
+        content_type = hook.incoming_payload_content_type or request_type
+        headers: dict[str, Any] = self.request_headers(environ)
+        req = Request(
+            id=rid,
+            method=go_method(),
+            remote_addr=remote_addr,
+            content_type=content_type,
+            headers=headers,
+            query=dict(go_parse_query(environ.get("QUERY_STRING", "").encode("latin-1"))[0]),
+        )
+        multipart = content_type.startswith("multipart/form-data;")
+        if not multipart:
+            # Under -debug the dumper has already read (and cached) the body; a server that does not end
+            # the input stream itself (not gunicorn: a test client) gets werkzeug's guarded reading.
+            direct = not self.config.debug and "wsgi.input_terminated" in environ
+            req.body = read_body(rid) if direct else request.get_data(cache=False)
+
+        try:
+            if "json" in content_type:
+                req.payload = parse_json_payload(req.body)
+            elif "x-www-form-urlencoded" in content_type:
+                req.payload = parse_form_payload(req.body)
+            elif "xml" in content_type:
+                req.payload = parse_xml_payload(req.body)
+            elif multipart:
+                names = {a.name for a in hook.json_parameters if a.source == "payload"}
+                # Under -debug the dumper has already read the body into memory.
+                stream = io.BytesIO(request.get_data(cache=True)) if self.config.debug else request.stream
+                req.payload = parse_multipart(
+                    stream,
+                    request_type,
+                    request.content_length,
+                    self.config.max_multipart_mem,
+                    names,
+                    raw_query=environ.get("QUERY_STRING", "").encode("latin-1"),
+                    on_log=lambda message: log.request(rid, message),
+                )
+            else:
+                log.request(
+                    rid,
+                    f"error parsing body payload due to unsupported content type header: {content_type}\n",
+                )
+        except MultipartError as exc:
+            log.request(rid, f"error parsing multipart form: {exc}\n")
+            return answer(500, MSG_MULTIPART, dict(self.global_headers))
+        except PayloadParseError as exc:
+            log.request(rid, str(exc))
+        return req
+
+    def parse_json_parameters(self, hook: Hook, req: Request) -> list[HookrunnerError]:
+        """parse-parameters-as-json: replace string values by the JSON they hold, before the rules run."""
+        errors: list[HookrunnerError] = []
+        for arg in hook.json_parameters:
+            try:
+                text = argument_value(arg, req)
+            except HookrunnerError:
+                errors.append(ArgumentError(arg))
+                continue
+            try:
+                value = decode_json_map(text)
+            except HookrunnerError as exc:
+                errors.append(exc)
+                continue
+            key = arg.name
+            if arg.source == "header":
+                target: dict[str, Any] | None = req.headers
+                key = canonical_header_key(arg.name)
+            elif arg.source == "payload":
+                target = req.payload
+            elif arg.source in ("url", "query"):
+                target = req.query
+            else:
+                errors.append(SourceError(arg))
+                continue
+            if target is not None:
+                replace_parameter(key, target, value)
+        return errors
+
+
+class CappedInput:
+    """wsgi.input for a body of unknown length (chunked): reading past `limit` bytes raises 413.
+
+    werkzeug's own cap on such a body stops at the limit and returns what it has read, so a body that is
+    too large would reach the hook cut short instead of being refused (docs/limits.md).
+    """
+
+    def __init__(self, stream: Any, limit: int) -> None:
+        self._stream = stream
+        self._left = limit
+
+    def read(self, size: int | None = -1) -> bytes:
+        # One byte more than allowed tells a body that is too large from one that just fits.
+        want = self._left + 1 if size is None or size < 0 else min(size, self._left + 1)
+        data: bytes = self._stream.read(want) if want > 0 else b""
+        if len(data) > self._left:
+            raise RequestEntityTooLarge()
+        self._left -= len(data)
+        return data
+
+
+class HookFlask(Flask):
+    """Flask without werkzeug's URL matching of requests: `dispatch` below routes every request before any
+    view would, so matching against the URL map only built a NotFound per request (without it, `GET /`
+    and a rejected push are served 12-14% faster; docs/performance.md)."""
+
+    def create_url_adapter(self, request: Any) -> Any:
+        if request is not None:
+            return None
+        return super().create_url_adapter(request)
+
+
+def create_app(config: Config, registry: HookRegistry, runner: CommandRunner) -> Flask:
+    """The WSGI app serving `/` and `/<urlprefix>/<id>` exactly as webhook routes them."""
+    hooks = HookApp(config, registry, runner)
+    app = HookFlask("hookrunner", static_folder=None)
+    max_body = config.max_body_size if config.max_body_size > 0 else None
+    base = f"/{config.urlprefix}" if config.urlprefix else ""
+
+    # Routing is done here, not by werkzeug's URL map: gorilla/mux's `/{prefix}/{id:.*}` keeps trailing
+    # slashes and empty ids, and cleans paths with a 301, none of which werkzeug's rules reproduce.
+    def dispatch() -> Answer:
+        environ = request.environ
+        # An answer Go's server gives before any handler runs (the protocol layer gives the others).
+        if (environ.get("RAW_URI") or environ.get("REQUEST_URI")) == "*" and go_method() == "OPTIONS":
+            return answer(0, b"", {})
+        try:
+            path = go_request_path(environ)
+        except ValueError:
+            return answer(400, b"400 Bad Request", {"Connection": "close"}, TEXT_PLAIN)
+        cleaned = clean_path(path)
+        if cleaned != path:
+            query = request.environ.get("QUERY_STRING", "")
+            return answer(301, b"", {"Location": cleaned + ("?" + query if query else "")})
+        if path == "/":
+            return hooks.root()
+        if path == "/metrics" and hooks.metrics is not None:
+            return hooks.observe("metrics")
+        # With an empty -urlprefix a loaded hook named `healthz` keeps its path.
+        if path == "/healthz" and not (base == "" and registry.match("healthz") is not None):
+            return hooks.observe("health")
+        if path.startswith(base + "/"):
+            return hooks.hook(path[len(base) + 1 :])
+        return answer(404, b"404 page not found\n", {"X-Content-Type-Options": "nosniff"}, TEXT_PLAIN)
+
+    def internal_error(exc: Exception) -> WerkzeugResponse:
+        if isinstance(exc, HTTPException):
+            return exc.get_response()
+        # Never a traceback to the client; the log keeps the detail.
+        log.output(f"panic: {type(exc).__name__}: {exc}")
+        return answer(500, b"", {})
+
+    app.before_request(dispatch)
+    app.register_error_handler(Exception, internal_error)
+    if max_body is not None:
+        app.config["MAX_CONTENT_LENGTH"] = max_body
+        flask_wsgi = app.wsgi_app
+
+        def capped_body(environ: dict[str, Any], start_response: Any) -> Any:
+            # A body of unknown length (chunked) is capped here; werkzeug would cut it short instead.
+            if environ.get("CONTENT_LENGTH") is None and "wsgi.input" in environ:
+                environ["wsgi.input"] = CappedInput(environ["wsgi.input"], max_body)
+            return flask_wsgi(environ, start_response)
+
+        app.wsgi_app = capped_body  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,321 @@
+"""Serving: gunicorn embedded in-process on an already-bound socket, with webhook's signals and TLS;
+one master preloads app and hooks, and one worker serves: the gevent worker (greenworker.py), or with
+-worker-class gthread the threaded worker defined here (see docs/operations.md for why one)."""
+
+from __future__ import annotations
+
+import concurrent.futures.thread  # noqa: F401 - loaded lazily by gunicorn; see the note below
+import logging
+import math
+import os
+import signal
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+from typing import Any
+
+# gunicorn.glogging and concurrent.futures.thread are imported lazily by gunicorn; after -setuid/-setgid
+# the interpreter's files may be out of reach, so they are loaded here, before the privileges go.
+import gunicorn.glogging  # noqa: F401
+import gunicorn.workers.gthread
+from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
+from gunicorn.http.unreader import SocketUnreader
+from gunicorn.workers.gthread import TConn, ThreadWorker
+
+from hookrunner.config import Config
+from hookrunner.ops.log import json_line, log, rfc3339_now
+from hookrunner.run.journal import lock_state_dir, new_boot_id
+from hookrunner.serve import tls
+from hookrunner.serve.greenworker import GreenWorker
+from hookrunner.serve.worker import (
+    HELD_SIGNALS,
+    DeadlineSocket,
+    Registry,
+    Runner,
+    WebhookWorker,
+    ctx,
+    handshake_expired,
+)
+
+#: Threads of the threaded worker: each request that captures a command's output holds one while it runs.
+THREADS = 64
+
+
+#: Reload signals that arrived after start-up announced `os signal watcher ready` but before gunicorn's
+#: master installed its own handlers; the master replays them once it has.
+_early_reloads: list[int] = []
+
+
+def hold_reload_signals() -> None:
+    """From now on a SIGHUP or SIGUSR1 is kept and replayed once serving has started, never lost."""
+
+    def keep(signum: int, frame: object) -> None:
+        if len(_early_reloads) < 5:
+            _early_reloads.append(signum)
+
+    signal.signal(signal.SIGHUP, keep)
+    signal.signal(signal.SIGUSR1, keep)
+
+
+class _TimedConn(TConn):
+    """gunicorn's connection with -read-timeout: a bounded TLS handshake, and reads under a deadline."""
+
+    reader: DeadlineSocket | None = None
+
+    def init(self) -> None:
+        if self.initialized:
+            return
+        limit = ctx.config.read_timeout
+        timer: threading.Timer | None = None
+        handle: socket.socket | None = None
+        if limit > 0 and self.cfg.is_ssl:
+            # The handshake reads too; a stalled one is ended by shutting the connection down under it.
+            # Wrapping detaches the descriptor from self.sock, so the timer holds a duplicate of its own
+            # (which also keeps the descriptor from being reused by another connection meanwhile).
+            handle = self.sock.dup()
+            timer = threading.Timer(limit, _end_handshake, (handle, self.client, limit))
+            timer.daemon = True
+            timer.start()
+        try:
+            super().init()
+        finally:
+            if timer is not None and handle is not None:
+                timer.cancel()
+                timer.join()
+                handle.close()
+        unreader = getattr(self.parser, "unreader", None)
+        if limit > 0 and isinstance(unreader, SocketUnreader):
+            self.reader = DeadlineSocket(unreader.sock, limit, self.client)
+            unreader.sock = self.reader
+
+
+def _end_handshake(sock: socket.socket, peer: Any, limit: float) -> None:
+    handshake_expired(peer, limit)
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class HookWorker(WebhookWorker, ThreadWorker):
+    """gunicorn's threaded worker (-worker-class gthread): a pool of THREADS threads serves requests."""
+
+    def init_process(self) -> None:
+        # Connections read under -read-timeout (slow clients); in this process only.
+        gunicorn.workers.gthread.TConn = _TimedConn
+        super().init_process()
+
+    def request_local(self) -> Any:
+        return threading.local()
+
+    def handle(self, conn: Any) -> Any:
+        # Each request on a kept-alive connection gets the whole -read-timeout again.
+        reader = getattr(conn, "reader", None)
+        if reader is not None:
+            reader.new_request()
+        return super().handle(conn)
+
+    def handle_request(self, req: Any, conn: Any) -> bool:
+        if self.refuse_bad_host(req, conn.sock):
+            return False
+        self._current.req = req  # the app runs on this thread, inside the call below
+        self._current.sock = conn.sock
+        try:
+            return bool(super().handle_request(req, conn))
+        finally:
+            self._current.req = self._current.sock = None
+            reader = getattr(conn, "reader", None)
+            if reader is not None:
+                # The request was read in time; draining an unread body is bounded by gunicorn itself.
+                reader.new_request()
+
+    def run(self) -> None:
+        super().run()
+        self.finish_commands()
+
+
+class HookArbiter(Arbiter):
+    """gunicorn's master with webhook's signal meanings instead of gunicorn's."""
+
+    def __init__(self, app: BaseApplication) -> None:
+        software = os.environ.get("SERVER_SOFTWARE")
+        super().__init__(app)
+        # gunicorn exports SERVER_SOFTWARE; hook commands inherit our environment and must not see it.
+        if software is None:
+            os.environ.pop("SERVER_SOFTWARE", None)
+        else:
+            os.environ["SERVER_SOFTWARE"] = software
+        # The socket is ours (or systemd's): gunicorn must not unlink a Unix socket path when stopping;
+        # the CLI removes the ones it created. This flag only controls that and re-exec, which is off.
+        self.systemd = True
+
+    def init_signals(self) -> None:
+        super().init_signals()
+        # Queued like any signal gunicorn catches, so they are handled once the worker is spawned.
+        while _early_reloads:
+            self.signal(_early_reloads.pop(0), None)
+
+    def spawn_worker(self) -> int:
+        # A stop or reload sent to the new worker before it installs its own handlers would reach the
+        # master's copied handlers and be lost (the worker would then run until SIGKILL). Hold those
+        # signals across the fork; the worker releases them once its handlers are in place.
+        signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+        try:
+            return int(super().spawn_worker())
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+
+    def handle_hup(self) -> None:
+        log.output("caught HUP signal")
+        self.kill_workers(signal.SIGHUP)
+
+    def handle_usr1(self) -> None:
+        log.output("caught USR1 signal")
+        self.kill_workers(signal.SIGUSR1)
+
+    def handle_term(self) -> None:
+        log.output("caught terminated signal; exiting")
+        raise StopIteration
+
+    def handle_int(self) -> None:
+        # Ctrl-C is as graceful as SIGTERM: running commands get their grace period.
+        log.output("caught interrupt signal; exiting")
+        raise StopIteration
+
+    def handle_usr2(self) -> None:
+        pass  # gunicorn would re-exec itself; webhook has no such thing
+
+    def handle_ttin(self) -> None:
+        pass  # one worker keeps one registry; see docs/operations.md
+
+    def handle_ttou(self) -> None:
+        pass
+
+
+class HookApplication(BaseApplication):
+    """gunicorn configured from Config alone: the user never writes a gunicorn config."""
+
+    def __init__(self, wsgi_app: Any, options: dict[str, Any]) -> None:
+        self._wsgi_app = wsgi_app
+        self._options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self._options.items():
+            # Settings newer than the installed gunicorn (control_socket_disable, http_protocols) are
+            # about features that older releases do not have at all, so they can be left out.
+            if key in self.cfg.settings:
+                self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self._wsgi_app
+
+    def run(self) -> None:
+        HookArbiter(self).run()
+
+
+class _JsonFormatter(logging.Formatter):
+    """gunicorn's own messages as JSON lines, so that with -log-format json every line parses."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        entry = {"time": rfc3339_now(), "level": record.levelname.lower(), "event": "server", "msg": message}
+        return json_line(entry).rstrip("\n")
+
+
+class _JsonLogger(gunicorn.glogging.Logger):
+    """gunicorn's logger with every handler of its error log writing JSON (-log-format json)."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for handler in self.error_log.handlers:
+            handler.setFormatter(_JsonFormatter())
+
+
+def _ssl_context(conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+    assert ctx.ssl_context is not None
+    return ctx.ssl_context
+
+
+def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
+    """The gunicorn settings that make it behave like webhook's net/http server."""
+    options: dict[str, Any] = {
+        "bind": [f"fd://{fd}"],
+        # One by default (see docs/operations.md); -workers trades per-process state for CPU cores.
+        "workers": max(1, config.workers),
+        "worker_class": GreenWorker if config.worker_class == "gevent" else HookWorker,
+        "threads": THREADS,
+        "preload_app": True,
+        # Commands run in the background of the worker; recycling it would cut them short.
+        "max_requests": 0,
+        # The master's own bound: the worker's (-shutdown-timeout) plus time to kill leftover commands.
+        "graceful_timeout": math.ceil(config.shutdown_timeout) + 5,
+        "timeout": 30,
+        "keepalive": 5,
+        # net/http limits the request line and headers together to 1 MB. gunicorn limits the line, each
+        # field and the number of fields: a 1 MB line or field is accepted, in at most 100 fields.
+        "limit_request_line": 0,
+        "limit_request_fields": 100,
+        "limit_request_field_size": 1 << 20,
+        # Go accepts what gunicorn refuses by default: headers with underscores (kept, not dropped),
+        # any method token (`post` is a method of its own, answered 405 by the app), folded headers.
+        "header_map": "dangerous",
+        "permit_unconventional_http_method": True,
+        "permit_obsolete_folding": True,
+        "forwarded_allow_ips": "",
+        "control_socket_disable": True,
+        # Who we are now, after -setuid/-setgid; gunicorn's default is whoever imported it (root).
+        "user": os.getuid(),
+        "group": os.getgid(),
+        "proc_name": "hookrunner",
+        # Requests are logged by the app in webhook's format; gunicorn speaks only of its own trouble.
+        "accesslog": None,
+        "errorlog": "-",
+        "loglevel": "info" if config.debug else "critical",
+        "http_protocols": "h1",
+    }
+    if config.log_format == "json":
+        options["logger_class"] = _JsonLogger
+    if config.secure:
+        options["certfile"] = config.cert
+        options["keyfile"] = config.key
+        options["ssl_context"] = _ssl_context
+    return options
+
+
+def serve(
+    config: Config,
+    wsgi_app: Any,
+    registry: Registry,
+    runner: Runner,
+    fd: int,
+    ssl_context: ssl.SSLContext | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT on the listening socket `fd` (HTTPS with `ssl_context` under -secure).
+
+    Returns only in the master process; the worker process leaves through SystemExit, so callers doing
+    clean-up must check their pid.
+    """
+    ctx.config = config
+    ctx.registry = registry
+    ctx.runner = runner
+    ctx.boot_id = new_boot_id()
+    # Held until the whole tree is gone; inherited by the workers, which open the journal itself.
+    ctx.state_lock = lock_state_dir(config.state_dir) if config.state_dir else None
+    if config.secure and ssl_context is None:
+        ssl_context = tls.server_context(
+            config.cert, config.key, config.tls_min_version, config.cipher_suites
+        )
+    ctx.ssl_context = ssl_context
+    app = HookApplication(wsgi_app, gunicorn_options(config, fd))
+    master = os.getpid()
+    try:
+        app.run()
+    except SystemExit as stop:
+        # gunicorn ends both the master and the forked worker with sys.exit; only the master returns.
+        if os.getpid() != master or stop.code not in (0, None):
+            raise

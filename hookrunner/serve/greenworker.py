@@ -1,0 +1,330 @@
+"""The gevent worker (-worker-class gevent, the default): each connection is a greenlet on one event
+loop, while hook commands keep running on native threads as under the threaded worker.
+
+Nothing is monkey-patched: only the worker's own sockets are gevent sockets (the listener, and through
+it every accepted connection). The command threads, their `subprocess` pipes, the reloader, the hooks
+watcher and every lock and queue stay the standard library's, so a command is spawned with vfork as
+before; the one place a request waits for a native thread, the output of a command it captures, waits
+through an async watcher of the loop (wait_for_run), never on the loop itself. See
+docs/performance.md for what this buys and docs/operations.md for the choice between workers.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import ssl
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from functools import partial
+from typing import Any, TypeVar
+
+import gevent
+import gevent.local
+import gevent.pool
+import gevent.server
+import gevent.socket
+import gevent.ssl
+from gevent.hub import Waiter
+from gunicorn import http, util
+from gunicorn.workers.base_async import AsyncWorker
+from gunicorn.workers.ggevent import GeventWorker
+
+from hookrunner.serve.worker import DeadlineSocket, WebhookWorker, ctx, handshake_expired, shutdown_reading
+
+T = TypeVar("T")
+
+#: How often the worker's main greenlet looks at whether it is to stop (and tells the master it lives).
+TICK = 0.1
+
+#: The interpreter's switch interval in this worker (Python's default is 5 ms). One thread, the loop's,
+#: serves every connection; when it wants the GIL back after a socket call and a command thread holds
+#: it, it waits this long at most instead of 5 ms. Measured (docs/performance.md): async p99 -15%,
+#: capture p99 -8%, no change in throughput.
+SWITCH_INTERVAL = 0.0002
+
+#: How long the unread rest of a request body may take to drain before the connection is kept alive;
+#: gunicorn's threaded worker allows as much.
+DRAIN_SECONDS = 5.0
+
+
+def wait_for_run(future: Future[T]) -> T:
+    """The result of a command run on a native thread, waited for by a greenlet: other greenlets are
+    served meanwhile. (Future.result() would block the whole loop.)"""
+    if not future.done():
+        watcher = gevent.get_hub().loop.async_()
+        waiter: Waiter[None] = Waiter()
+        watcher.start(waiter.switch, None)
+        # The command's thread rings the watcher (the loop's thread-safe doorbell) unless this greenlet
+        # has stopped waiting (killed by a stop whose grace is over) and closed it.
+        guard = threading.Lock()
+        waiting = True
+
+        def wake(_: Future[T]) -> None:
+            with guard:
+                if waiting:
+                    watcher.send()
+
+        try:
+            future.add_done_callback(wake)
+            waiter.get()
+        finally:
+            with guard:
+                waiting = False
+                watcher.close()
+    return future.result()
+
+
+def write(sock: Any, data: bytes, chunked: bool = False) -> None:
+    """gunicorn's util.write in this worker: an answer's head or body usually fits the socket's buffer,
+    so it is sent with one send(); gevent's sendall() first asks the kernel for the buffer's size, a
+    system call per write."""
+    if chunked:
+        util.write_chunk(sock, data)
+        return
+    if not data:
+        return  # nothing to send (and TLS refuses a write of nothing)
+    sent = sock.send(data)
+    if sent < len(data):
+        sock.sendall(memoryview(data)[sent:])
+
+
+class _RequestReader:
+    """The connection as gunicorn's parser reads it, in three states.
+
+    - *Waiting* for the first byte of a request: after a first request, for at most the keep-alive
+      time (an idle connection is then closed, as the threaded worker does); before the first request,
+      for at most -read-timeout. A stopping worker closes the connections in this state.
+    - *Reading* a request: every read shares the -read-timeout deadline (DeadlineSocket), which counts
+      from the first byte (from the connection's start for its first request).
+    - *Draining* the unread rest of a body after the answer: reads are bounded by the drain's own
+      timeout, which gunicorn sets.
+    """
+
+    def __init__(self, sock: Any, read_timeout: float, keepalive: float, peer: Any) -> None:
+        self._sock = sock
+        self._read_timeout = read_timeout
+        self._keepalive = keepalive
+        self._deadline = DeadlineSocket(sock, read_timeout, peer) if read_timeout > 0 else None
+        self._first = True
+        self.waiting = True
+        self._draining = False
+        self._caller_timeout: float | None = None
+
+    def request_started(self) -> None:
+        """The parser has a request: it is being read even if no read was needed (its head came with
+        the previous request, pipelined), so its body reads are under the deadline, not keep-alive's."""
+        if self.waiting:
+            self.waiting = False
+            self._first = False
+            if self._deadline is not None and self._deadline.deadline is None:
+                self._deadline.deadline = time.monotonic() + self._read_timeout
+
+    def request_done(self) -> None:
+        """The answer is sent; what is read now is the rest of the body, until next_request()."""
+        self._draining = True
+
+    def next_request(self) -> None:
+        self._draining = False
+        self.waiting = True
+        if self._deadline is not None:
+            self._deadline.new_request()
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._caller_timeout = timeout
+
+    def gettimeout(self) -> float | None:
+        return self._caller_timeout
+
+    def recv(self, size: int) -> bytes:
+        if self.waiting:
+            return self._first_bytes(size)
+        if self._draining or self._deadline is None:
+            return self._read(size, self._caller_timeout)
+        self._deadline.settimeout(self._caller_timeout)
+        return self._deadline.recv(size)
+
+    def _first_bytes(self, size: int) -> bytes:
+        began = time.monotonic()
+        if self._first:
+            limit = self._read_timeout or None
+        else:
+            limit = self._keepalive or None
+        try:
+            data = self._read(size, limit)
+        except TimeoutError:
+            if self._first and self._deadline is not None:
+                self._deadline.deadline = began
+                self._deadline.recv(size)  # past its deadline: logs, and raises ClientReadTimeout
+            return b""  # idle for longer than keep-alive: closed quietly, as an idle connection is
+        self.waiting = False
+        if self._deadline is not None:
+            self._deadline.deadline = (began if self._first else time.monotonic()) + self._read_timeout
+        self._first = False
+        return data
+
+    def _read(self, size: int, timeout: float | None) -> bytes:
+        self._sock.settimeout(timeout)
+        try:
+            data: bytes = self._sock.recv(size)
+            return data
+        finally:
+            try:
+                self._sock.settimeout(None)
+            except OSError:
+                pass
+
+    def close_if_waiting(self) -> None:
+        """Stopping: a connection waiting for a request gets none (its read sees the end at once)."""
+        if self.waiting:
+            shutdown_reading(self._sock)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class GreenWorker(WebhookWorker, GeventWorker):
+    """gunicorn's gevent worker with HTTP/1.1 served by hookrunner's own connection loop: the TLS
+    handshake and request reads under -read-timeout, and idle connections closed when it stops."""
+
+    sockets: list[Any]
+
+    def patch(self) -> None:
+        # gunicorn's GeventWorker monkey-patches the whole standard library here. Only the listening
+        # sockets change: to gevent sockets, whose accepted connections are gevent sockets too.
+        self.sockets = [
+            gevent.socket.socket(s.FAMILY, socket.SOCK_STREAM, fileno=s.sock.detach()) for s in self.sockets
+        ]
+
+    def init_process(self) -> None:
+        self._readers: set[_RequestReader] = set()
+        self._handshaking: set[Any] = set()
+        ctx.runner.wait_for = wait_for_run
+        util.write = write
+        sys.setswitchinterval(SWITCH_INTERVAL)
+        super().init_process()
+
+    def request_local(self) -> Any:
+        return gevent.local.local()
+
+    def run(self) -> None:
+        servers: list[gevent.server.StreamServer] = []
+        pools: list[gevent.pool.Pool] = []
+        for listener in self.sockets:
+            listener.setblocking(True)
+            pool = gevent.pool.Pool(self.worker_connections)
+            server = gevent.server.StreamServer(listener, handle=partial(self.handle, listener), spawn=pool)
+            if self.cfg.workers > 1:
+                server.max_accept = 1  # leave the next connection to another worker
+            server.start()
+            servers.append(server)
+            pools.append(pool)
+        while self.alive:
+            self.notify()
+            gevent.sleep(TICK)
+        for server in servers:
+            server.close()  # accept nothing more
+
+        def busy() -> bool:
+            return any(pool.free_count() != pool.size for pool in pools)
+
+        deadline = time.monotonic() + self.cfg.graceful_timeout
+        while busy():
+            for reader in list(self._readers):
+                reader.close_if_waiting()
+            for tls_sock in list(self._handshaking):
+                shutdown_reading(tls_sock)  # not yet a request: its handshake fails at once
+            if time.monotonic() >= deadline:
+                self.log.warning("Worker graceful timeout (pid:%s)", self.pid)
+                # Commands still running are ended first, so that requests waiting for their output
+                # answer (500) as on the threaded worker; what is still open a second later is cut.
+                ctx.runner.shutdown(0)
+                last = time.monotonic() + 1
+                while busy() and time.monotonic() < last:
+                    gevent.sleep(TICK)
+                for server in servers:
+                    server.stop(timeout=1)
+                break
+            self.notify()
+            gevent.sleep(TICK)
+        self.finish_commands()
+
+    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+        client.setblocking(1)
+        req = None
+        reader: _RequestReader | None = None
+        try:
+            if ctx.ssl_context is not None:
+                client = self._handshake(client, addr)
+                if client is None:
+                    return
+            reader = _RequestReader(client, ctx.config.read_timeout, self.cfg.keepalive, addr)
+            self._readers.add(reader)
+            parser = http.get_parser(self.cfg, reader, addr)
+            listener_name = listener.getsockname()
+            while True:
+                req = None
+                req = next(parser)
+                if not req:
+                    break
+                reader.request_started()
+                if not self.handle_request(listener_name, req, client, addr):
+                    break
+                reader.request_done()
+                if not self.alive:
+                    break  # stopping: no next request on this connection
+                if not parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS):
+                    break
+                reader.next_request()
+        except (http.errors.NoMoreData, StopIteration):
+            pass  # the client went away, or the connection is not to be kept alive
+        except ssl.SSLError as exc:
+            if exc.args[0] != ssl.SSL_ERROR_EOF:
+                self.handle_error(req, client, addr, exc)
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                self.log.exception("Socket error processing request.")
+        except Exception as exc:  # noqa: BLE001 - answered as gunicorn's workers answer it
+            self.handle_error(req, client, addr, exc)
+        finally:
+            if reader is not None:
+                self._readers.discard(reader)
+            util.close(client)
+
+    def _handshake(self, client: Any, addr: Any) -> Any:
+        """The TLS handshake, within -read-timeout; returns the TLS socket, or None when it timed out."""
+        tls_sock = gevent.ssl.SSLSocket(
+            sock=client,
+            server_side=True,
+            do_handshake_on_connect=False,
+            suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,
+            _context=ctx.ssl_context,
+        )
+        limit = ctx.config.read_timeout
+        self._handshaking.add(tls_sock)
+        try:
+            # One bound for the whole handshake: a socket timeout would start again at every read.
+            with gevent.Timeout(limit or None, TimeoutError):
+                tls_sock.do_handshake()
+        except TimeoutError:
+            handshake_expired(addr, limit)
+            util.close(tls_sock)
+            return None
+        finally:
+            self._handshaking.discard(tls_sock)
+        return tls_sock
+
+    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> bool:
+        if self.refuse_bad_host(req, sock):
+            return False
+        self._current.req = req  # the app runs in this greenlet, inside the call below
+        self._current.sock = sock
+        try:
+            # AsyncWorker's: GeventWorker's own drops its answer of whether to keep the connection.
+            return bool(AsyncWorker.handle_request(self, listener_name, req, sock, addr))
+        except gevent.GreenletExit:  # killed by a stop whose grace is over
+            return False
+        finally:
+            self._current.req = self._current.sock = None

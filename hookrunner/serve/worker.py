@@ -1,0 +1,346 @@
+"""What every hookrunner worker process does the same way, whatever serves its connections: webhook's
+signals, reloading and watching the hooks files, the Go-style answers to broken requests, the graceful
+stop, and the -read-timeout deadline on request reads."""
+
+from __future__ import annotations
+
+import math
+import queue
+import re
+import signal
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+import gunicorn.http.message
+import gunicorn.http.parser
+import gunicorn.http.wsgi
+import gunicorn.util
+from gunicorn.workers.base import Worker
+from werkzeug.exceptions import RequestTimeout
+from werkzeug.wrappers import Response as WerkzeugResponse
+
+from hookrunner.config import Config
+from hookrunner.golang.status import status_line
+from hookrunner.hooks.load import Hook
+from hookrunner.ops.log import log
+from hookrunner.ops.watcher import HooksWatcher
+from hookrunner.run.journal import Journal, LeftOver, open_journal
+from hookrunner.serve.app import HEADER_LIST_KEY
+from hookrunner.serve.protocol import (
+    ContinueOnRead,
+    GoRequest,
+    GoResponse,
+    go_host_problem,
+    go_parse_error,
+    go_plain_error,
+    go_refuses_transfer_encoding,
+    go_sends_continue,
+    http_date,
+)
+
+
+class Registry(Protocol):
+    """What serving needs of hooks.HookRegistry."""
+
+    @property
+    def files(self) -> tuple[str, ...]: ...
+
+    def reload_all(self) -> object: ...
+
+    def reload_file(self, path: str) -> object: ...
+
+    def remove_file(self, path: str) -> object: ...
+
+    def match(self, hook_id: str) -> Hook | None: ...
+
+
+class Runner(Protocol):
+    """What serving needs of executor.CommandRunner."""
+
+    wait_for: Callable[[Future[Any]], Any]
+
+    journal: Journal | None
+
+    def shutdown(self, grace: float) -> object: ...
+
+    def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int: ...
+
+
+#: Signals the master holds back across the fork of a worker, until the worker's handlers are in place.
+HELD_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1}
+
+
+class _Context:
+    """What the worker needs after the fork; set once by serve.serve() before gunicorn starts."""
+
+    config: Config
+    registry: Registry
+    runner: Runner
+    ssl_context: ssl.SSLContext | None = None
+    #: One start of hookrunner (made in the master): the run journal tells a dead worker's runs by it.
+    boot_id: str = ""
+    #: The lock on -state-dir (journal.lock_state_dir); None: no journal for this start.
+    state_lock: int | None = None
+
+
+ctx = _Context()
+
+
+class _Reloader:
+    """Reloads every hooks file on request, on its own thread: signal handlers only enqueue."""
+
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
+        self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
+
+    def request(self) -> None:
+        self._requests.put(True)
+
+    def start(self) -> None:
+        threading.Thread(target=self._serve_requests, name="hooks-reloader", daemon=True).start()
+
+    def _serve_requests(self) -> None:
+        while self._requests.get():
+            self._registry.reload_all()
+
+
+def _start_watcher(registry: Registry) -> HooksWatcher:
+    def changed(path: str) -> None:
+        log.output(f"hooks file {path} modified")
+        registry.reload_file(path)
+
+    def removed(path: str) -> None:
+        log.output(f"hooks file {path} removed, removing hooks that were loaded from it")
+        registry.remove_file(path)
+
+    watcher = HooksWatcher(registry.files, changed, removed)
+    watcher.start()
+    return watcher
+
+
+def _start_journal() -> None:
+    """Open the run journal in this worker (SQLite connections do not survive a fork), then replay the runs
+    that dead processes left unfinished; a journal that cannot be used is logged and served without."""
+    config = ctx.config
+    journal = open_journal(config.state_dir, ctx.boot_id, config.state_keep)
+    if journal is None:
+        return
+    ctx.runner.journal = journal
+    journal.prune()
+    left_overs = journal.claim_left_overs()
+    if left_overs:
+        log.output(f"run journal: {len(left_overs)} unfinished run(s) left by a stopped hookrunner")
+        ctx.runner.replay(left_overs, ctx.registry.match)
+
+
+class ClientReadTimeout(RequestTimeout):
+    """The request was not fully received within -read-timeout (docs/limits.md, slow clients).
+
+    Raised from a socket read: while the head is read the worker closes the connection without an answer,
+    as net/http does; while the app reads the body it becomes a 408 that closes the connection.
+    """
+
+    def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        # Plain text like the app's other answers, not werkzeug's HTML page.
+        headers = {"Content-Type": "text/plain; charset=utf-8"}
+        return WerkzeugResponse(b"Request not received in time.\n", status_line(408), headers)
+
+
+class DeadlineSocket:
+    """The socket as the request parser reads it: every read of one request shares one deadline.
+
+    A per-read timeout alone lets a client that sends a byte now and then hold a worker thread forever
+    (slowloris); the deadline counts from the first read of a request, so the whole request (head and
+    body) has `limit` seconds. Writes are not bounded: the socket is blocking again after each read.
+    """
+
+    def __init__(self, sock: socket.socket, limit: float, peer: Any) -> None:
+        self._sock = sock
+        self._limit = limit
+        self._peer = peer
+        self._caller_timeout: float | None = None  # what gunicorn's body drain asks for
+        self.deadline: float | None = None
+
+    def new_request(self) -> None:
+        self.deadline = None
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._caller_timeout = timeout
+
+    def gettimeout(self) -> float | None:
+        return self._caller_timeout
+
+    def recv(self, size: int) -> bytes:
+        now = time.monotonic()
+        if self.deadline is None:
+            self.deadline = now + self._limit
+        remaining = self.deadline - now
+        if remaining <= 0:
+            self._expired()
+        timeout = remaining if self._caller_timeout is None else min(remaining, self._caller_timeout)
+        self._sock.settimeout(timeout)
+        try:
+            return self._sock.recv(size)
+        except TimeoutError:
+            if time.monotonic() >= self.deadline:
+                self._expired()
+            raise
+        finally:
+            try:
+                self._sock.settimeout(None)
+            except OSError:
+                pass
+
+    def _expired(self) -> None:
+        where = peer_text(self._peer)
+        log.output(f"closing the connection from {where}: request not received within {self._limit:g}s")
+        # Nothing more is read from this client: a graceful close would otherwise linger reading from it.
+        shutdown_reading(self._sock)
+        raise ClientReadTimeout()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def shutdown_reading(sock: Any) -> None:
+    """No more reads from this client, over TLS or not. A TLS socket's own shutdown() also drops its TLS
+    state, and an answer written after it (a 408) would go out in plain text; so the descriptor is shut
+    under the TLS layer: with the plain socket's method for the standard library's TLS socket, and on
+    the raw socket (`_sock`) that a gevent socket wraps."""
+    try:
+        if isinstance(sock, ssl.SSLSocket):
+            socket.socket.shutdown(sock, socket.SHUT_RD)
+        else:
+            getattr(sock, "_sock", sock).shutdown(socket.SHUT_RD)
+    except OSError:
+        pass
+
+
+def peer_text(peer: Any) -> str:
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "@"
+
+
+def handshake_expired(peer: Any, limit: float) -> None:
+    log.output(f"closing the connection from {peer_text(peer)}: TLS handshake not done within {limit:g}s")
+
+
+class WebhookWorker(Worker):
+    """Mixed in before a gunicorn worker class: webhook's signals (HUP and USR1 reload the hooks, INT is
+    as graceful as TERM), Go's answers to requests net/http refuses, the header list of each request, and
+    the stop that gives background commands what is left of -shutdown-timeout.
+
+    The worker class provides `request_local()`: where the request being served is kept while the app
+    runs (a thread local for threads, a greenlet local for greenlets).
+    """
+
+    wsgi: Any
+
+    def request_local(self) -> Any:
+        raise NotImplementedError
+
+    def init_process(self) -> None:
+        # Go's net/http sends no Server header; swap the response class in this process only.
+        gunicorn.http.wsgi.Response = GoResponse
+        # Header names and values are checked as net/http checks them: after its Host checks.
+        gunicorn.http.parser.RequestParser.mesg_class = GoRequest
+        # Go takes bytes 0x80-0xFF in the request target as they are (curl sends `?name=é` unescaped);
+        # gunicorn refuses them with a 400. Controls and DEL stay refused, as url.ParseRequestURI does.
+        gunicorn.http.message.RFC9112_TARGET_INVALID = re.compile(r"[^\x21-\x7e\x80-\xff]")
+        gunicorn.util.http_date = http_date
+        self._reloader = _Reloader(ctx.registry)
+        if self.age > 1:
+            # A replacement worker starts from the master's start-up hooks; catch up with the files
+            # before serving anything.
+            ctx.registry.reload_all()
+        self._watcher: HooksWatcher | None = None
+        self._stop_started = 0.0
+        # In this process only: requests get -shutdown-timeout, so there is time left to kill leftover
+        # commands before the master's own, longer, deadline ends this worker with SIGKILL.
+        self.cfg.set("graceful_timeout", math.ceil(ctx.config.shutdown_timeout))
+        super().init_process()
+
+    def init_signals(self) -> None:
+        super().init_signals()
+        signal.signal(signal.SIGHUP, self._reload_signal)
+        signal.signal(signal.SIGUSR1, self._reload_signal)
+        signal.signal(signal.SIGINT, self.handle_exit)
+        signal.siginterrupt(signal.SIGHUP, False)
+        # Signals that arrived between fork and now were held back by the master (see spawn_worker).
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+        # Threads start only now: a thread inherits the signal mask, and so would the commands it ran.
+        self._reloader.start()
+        if ctx.config.hotreload:
+            self._watcher = _start_watcher(ctx.registry)
+        if ctx.config.state_dir and ctx.state_lock is not None:
+            _start_journal()
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        app = self.wsgi
+        current = self._current = self.request_local()
+
+        def with_header_list(environ: dict[str, Any], start_response: Any) -> Any:
+            req = getattr(current, "req", None)
+            if req is not None:
+                environ[HEADER_LIST_KEY] = headers = tuple(req.headers)
+                # gunicorn's environ holds the last Content-Type of a repeated one; Go reads the first.
+                first_type = next((value for name, value in headers if name == "CONTENT-TYPE"), None)
+                if first_type is not None:
+                    environ["CONTENT_TYPE"] = first_type
+                sock = getattr(current, "sock", None)
+                if sock is not None and go_sends_continue(req, environ):
+                    environ["wsgi.input"] = ContinueOnRead(environ["wsgi.input"], sock)
+            return app(environ, start_response)
+
+        self.wsgi = with_header_list
+
+    def refuse_bad_host(self, req: Any, sock: Any) -> bool:
+        """net/http refuses a Transfer-Encoding other than one `chunked` while it parses (501), then checks
+        the Host header, then the header names and values, before any handler runs, and answers in its own
+        plain format; returns whether it answered (and the connection is to be closed)."""
+        problem = go_host_problem(req.version, req.method, req.headers) or getattr(req, "go_problem", "")
+        if go_refuses_transfer_encoding(req.version, req.headers):
+            answer = go_plain_error(501, "Not Implemented", "Unsupported transfer encoding")
+        elif problem:
+            answer = go_plain_error(400, f"Bad Request: {problem}")
+        else:
+            return False
+        try:
+            sock.sendall(answer)
+        except OSError:
+            pass
+        return True
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        if isinstance(exc, ClientReadTimeout):
+            return  # net/http closes a connection whose request head timed out without an answer
+        answer = go_parse_error(exc)
+        if answer is None:
+            super().handle_error(req, client, addr, exc)
+            return
+        try:
+            if answer:
+                client.sendall(answer)
+        except OSError:
+            pass
+
+    def _reload_signal(self, signum: int, frame: object) -> None:
+        self._reloader.request()
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if not self._stop_started:
+            self._stop_started = time.monotonic()
+        super().handle_exit(sig, frame)
+
+    def finish_commands(self) -> None:
+        """Requests are done (or their grace is over); give background commands what is left of it."""
+        if self._watcher is not None:
+            self._watcher.stop()
+        started = self._stop_started or time.monotonic()
+        grace = ctx.config.shutdown_timeout
+        ctx.runner.shutdown(max(0.0, grace - (time.monotonic() - started)))

@@ -1,0 +1,248 @@
+"""The hooks-file watcher on a real filesystem: every way editors, tools and the kubelet change a file."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hookrunner.ops.watcher import HooksWatcher, fingerprint
+
+#: Hot reload promises the served hooks follow a change within one second.
+DEADLINE = 1.0
+
+
+class Recorder:
+    """Collects (kind, path) reports from the watcher thread."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self._cond = threading.Condition()
+
+    def changed(self, path: str) -> None:
+        with self._cond:
+            self.events.append(("change", path))
+            self._cond.notify_all()
+
+    def removed(self, path: str) -> None:
+        with self._cond:
+            self.events.append(("remove", path))
+            self._cond.notify_all()
+
+    def wait_for(self, count: int, timeout: float = DEADLINE) -> list[tuple[str, str]]:
+        with self._cond:
+            self._cond.wait_for(lambda: len(self.events) >= count, timeout=timeout)
+            return list(self.events)
+
+
+@pytest.fixture
+def hooks_file(tmp_path: Path) -> Path:
+    path = tmp_path / "hooks.json"
+    path.write_text('[{"id": "a"}]')
+    return path
+
+
+def watch(paths: list[str], recorder: Recorder) -> HooksWatcher:
+    watcher = HooksWatcher(paths, recorder.changed, recorder.removed)
+    watcher.start()
+    return watcher
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    yield Recorder()
+
+
+def test_nothing_changes_nothing_reported(hooks_file: Path, recorder: Recorder) -> None:
+    watcher = watch([str(hooks_file)], recorder)
+    try:
+        # Longer than the safety interval, so the periodic check has run at least once.
+        assert recorder.wait_for(1, timeout=1.5) == []
+        hooks_file.read_text()  # reading the file is not a change
+        assert recorder.wait_for(1, timeout=0.5) == []
+    finally:
+        watcher.stop()
+
+
+def test_in_place_write(hooks_file: Path, recorder: Recorder) -> None:
+    watcher = watch([str(hooks_file)], recorder)
+    try:
+        started = time.monotonic()
+        with open(hooks_file, "r+") as handle:
+            handle.write('[{"id": "b"}]')
+        assert recorder.wait_for(1) == [("change", str(hooks_file))]
+        assert time.monotonic() - started < DEADLINE
+    finally:
+        watcher.stop()
+
+
+def test_truncate_then_write_is_one_change(hooks_file: Path, recorder: Recorder) -> None:
+    watcher = watch([str(hooks_file)], recorder)
+    try:
+        with open(hooks_file, "w") as handle:  # truncates, then writes: a burst of events
+            handle.flush()
+            time.sleep(0.02)
+            handle.write('[{"id": "c"}]')
+        assert recorder.wait_for(1) == [("change", str(hooks_file))]
+        assert recorder.wait_for(2, timeout=0.4) == [("change", str(hooks_file))]
+    finally:
+        watcher.stop()
+
+
+def test_same_size_rewrite_is_seen(hooks_file: Path, recorder: Recorder) -> None:
+    # Same length, possibly the same mtime tick: only the content hash tells it apart.
+    watcher = watch([str(hooks_file)], recorder)
+    try:
+        hooks_file.write_text('[{"id": "z"}]')
+        assert recorder.wait_for(1) == [("change", str(hooks_file))]
+    finally:
+        watcher.stop()
+
+
+def test_atomic_rename_over(hooks_file: Path, recorder: Recorder) -> None:
+    watcher = watch([str(hooks_file)], recorder)
+    try:
+        temp = hooks_file.with_name(".hooks.json.swp")
+        temp.write_text('[{"id": "renamed"}]')
+        os.replace(temp, hooks_file)
+        assert recorder.wait_for(1) == [("change", str(hooks_file))]
+        # The watch survives the rename: a second replacement is seen too (webhook loses track here).
+        temp.write_text('[{"id": "renamed-again"}]')
+        os.replace(temp, hooks_file)
+        assert recorder.wait_for(2) == [("change", str(hooks_file))] * 2
+    finally:
+        watcher.stop()
+
+
+def test_delete_then_recreate(hooks_file: Path, recorder: Recorder) -> None:
+    watcher = watch([str(hooks_file)], recorder)
+    try:
+        hooks_file.unlink()
+        assert recorder.wait_for(1) == [("remove", str(hooks_file))]
+        hooks_file.write_text('[{"id": "back"}]')
+        assert recorder.wait_for(2) == [("remove", str(hooks_file)), ("change", str(hooks_file))]
+    finally:
+        watcher.stop()
+
+
+def test_missing_at_start_then_created(tmp_path: Path, recorder: Recorder) -> None:
+    path = tmp_path / "later.yaml"
+    watcher = watch([str(path)], recorder)
+    try:
+        path.write_text("- id: later\n")
+        assert recorder.wait_for(1) == [("change", str(path))]
+    finally:
+        watcher.stop()
+
+
+def test_only_the_changed_file_is_reported(tmp_path: Path, recorder: Recorder) -> None:
+    first, second = tmp_path / "one.json", tmp_path / "two.json"
+    first.write_text("[]")
+    second.write_text("[]")
+    watcher = watch([str(first), str(second)], recorder)
+    try:
+        second.write_text('[{"id": "two"}]')
+        assert recorder.wait_for(1) == [("change", str(second))]
+        assert recorder.wait_for(2, timeout=0.4) == [("change", str(second))]
+    finally:
+        watcher.stop()
+
+
+def test_relative_path_is_reported_as_given(
+    tmp_path: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("hooks.json").write_text("[]")
+    watcher = watch(["hooks.json"], recorder)
+    try:
+        Path("hooks.json").write_text('[{"id": "rel"}]')
+        assert recorder.wait_for(1) == [("change", "hooks.json")]
+    finally:
+        watcher.stop()
+
+
+def _configmap_version(volume: Path, stamp: str, content: str) -> str:
+    """Write one timestamped data directory as the kubelet's atomic writer does."""
+    name = f"..{stamp}"
+    (volume / name).mkdir()
+    (volume / name / "hooks.yaml").write_text(content)
+    return name
+
+
+def _configmap_swap(volume: Path, target: str) -> None:
+    """The kubelet's update: a `..data_tmp` symlink renamed over `..data`, then the old dir removed."""
+    old = os.readlink(volume / "..data")
+    os.symlink(target, volume / "..data_tmp")
+    os.rename(volume / "..data_tmp", volume / "..data")
+    for child in (volume / old).iterdir():
+        child.unlink()
+    (volume / old).rmdir()
+
+
+def test_kubernetes_configmap_symlink_swap(tmp_path: Path, recorder: Recorder) -> None:
+    volume = tmp_path / "config"
+    volume.mkdir()
+    first = _configmap_version(volume, "2026_11_22_10_00_00.123", "- id: v1\n")
+    os.symlink(first, volume / "..data")
+    os.symlink("..data/hooks.yaml", volume / "hooks.yaml")
+    served = str(volume / "hooks.yaml")
+    watcher = watch([served], recorder)
+    try:
+        second = _configmap_version(volume, "2026_11_22_10_05_00.456", "- id: v2\n")
+        started = time.monotonic()
+        _configmap_swap(volume, second)
+        assert recorder.wait_for(1) == [("change", served)]
+        assert time.monotonic() - started < DEADLINE
+        assert Path(served).read_text() == "- id: v2\n"
+        # And again: the watch is on the volume directory, which the swap never replaces.
+        third = _configmap_version(volume, "2026_11_22_10_10_00.789", "- id: v3\n")
+        _configmap_swap(volume, third)
+        assert recorder.wait_for(2) == [("change", served)] * 2
+    finally:
+        watcher.stop()
+
+
+def test_symlink_to_a_file_in_another_directory(tmp_path: Path, recorder: Recorder) -> None:
+    real_dir, link_dir = tmp_path / "real", tmp_path / "links"
+    real_dir.mkdir()
+    link_dir.mkdir()
+    (real_dir / "hooks.json").write_text("[]")
+    os.symlink(real_dir / "hooks.json", link_dir / "hooks.json")
+    watcher = watch([str(link_dir / "hooks.json")], recorder)
+    try:
+        (real_dir / "hooks.json").write_text('[{"id": "through-link"}]')
+        assert recorder.wait_for(1) == [("change", str(link_dir / "hooks.json"))]
+    finally:
+        watcher.stop()
+
+
+def test_directory_replaced_is_picked_up_again(tmp_path: Path, recorder: Recorder) -> None:
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    path = folder / "hooks.json"
+    path.write_text("[]")
+    watcher = watch([str(path)], recorder)
+    try:
+        path.unlink()
+        folder.rmdir()
+        assert recorder.wait_for(1, timeout=2.5) == [("remove", str(path))]
+        folder.mkdir()
+        path.write_text('[{"id": "new-dir"}]')
+        # The old directory watch is dead; the periodic check notices the new one.
+        assert recorder.wait_for(2, timeout=2.5) == [("remove", str(path)), ("change", str(path))]
+    finally:
+        watcher.stop()
+
+
+def test_fingerprint_follows_symlinks_and_sees_absence(tmp_path: Path) -> None:
+    target = tmp_path / "t.json"
+    target.write_text("[]")
+    link = tmp_path / "l.json"
+    os.symlink(target, link)
+    assert fingerprint(str(link)) == fingerprint(str(target))
+    target.unlink()
+    assert fingerprint(str(link)) is None

@@ -1,0 +1,291 @@
+"""The command runner: path lookup, argv[0], HOOK_ environment, private temp files, Go's error texts."""
+
+import os
+import stat
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from hookrunner.hooks.load import Argument, Hook
+from hookrunner.hooks.request import Request
+from hookrunner.run.executor import (
+    CommandNotFound,
+    CommandRunner,
+    _decode_base64,
+    go_base64_decode,
+    look_path,
+    resolve_command,
+)
+
+
+def request(**payload: object) -> Request:
+    return Request(id="abc123", method="POST", remote_addr="127.0.0.1:1", payload=dict(payload), body=b"raw")
+
+
+@pytest.fixture
+def probe(tmp_path: Path) -> Path:
+    """A command that prints its argv, its HOOK_/custom env and the mode and content of file env vars."""
+    script = tmp_path / "probe"
+    script.write_text(
+        textwrap.dedent(
+            f"""\
+            #!{sys.executable}
+            import os, stat, sys
+            print("argv:", sys.argv)
+            print("cwd:", os.getcwd())
+            for key in sorted(os.environ):
+                if key.startswith(("HOOK_", "MY_")):
+                    value = os.environ[key]
+                    print(f"env {{key}}={{value}}")
+                    if os.path.isfile(value):
+                        mode = stat.S_IMODE(os.stat(value).st_mode)
+                        print(f"file {{key}} mode={{mode:o}} data={{open(value, 'rb').read()!r}}")
+            print("to stderr", file=sys.stderr, flush=True)
+            sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 0)
+            """
+        )
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_argv_env_and_files(probe: Path, tmp_path: Path) -> None:
+    hook = Hook(
+        id="h",
+        execute_command=str(probe),
+        pass_arguments=(
+            Argument("payload", "ref"),
+            Argument("payload", "missing"),
+            Argument("string", "lit"),
+        ),
+        pass_environment=(Argument("payload", "ref"), Argument("payload", "ref", envname="MY_REF")),
+        pass_file=(
+            Argument("payload", "blob", base64decode=True),
+            Argument("payload", "ref", envname="MY_FILE"),
+        ),
+    )
+    result = CommandRunner().run(hook, request(ref="refs/heads/main", blob="aGVsbG8="))
+    out = result.output.decode()
+    assert result.ok
+    assert f"argv: ['{probe}', 'refs/heads/main', '', 'lit']" in out  # a missing value is ""
+    assert "env HOOK_ref=refs/heads/main" in out
+    assert "env MY_REF=refs/heads/main" in out
+    assert "file HOOK_BLOB mode=600 data=b'hello'" in out  # upper-cased name, decoded, private
+    assert "file MY_FILE mode=600 data=b'refs/heads/main'" in out
+    assert "to stderr" in out  # stdout and stderr combined
+    leftovers = [p for p in Path("/tmp").glob("HOOK_BLOB*")] + list(tmp_path.glob("MY_FILE*"))
+    assert leftovers == []
+
+
+def test_temp_files_go_to_the_working_directory_and_are_removed(probe: Path, tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    hook = Hook(
+        id="h",
+        execute_command=str(probe),
+        command_working_directory=str(workdir),
+        pass_file=(Argument("payload", "ref", envname="MY_FILE"),),
+    )
+    result = CommandRunner().run(hook, request(ref="x"))
+    assert f"env MY_FILE={workdir}/MY_FILE" in result.output.decode()
+    assert f"cwd: {workdir}" in result.output.decode()
+    assert list(workdir.iterdir()) == []
+
+
+def test_exit_status_is_an_error(probe: Path) -> None:
+    hook = Hook(id="h", execute_command=str(probe), pass_arguments=(Argument("string", "3"),))
+    result = CommandRunner().run(hook, request())
+    assert result.error == "exit status 3"
+    assert b"argv:" in result.output
+
+
+def test_killed_by_a_signal(tmp_path: Path) -> None:
+    script = tmp_path / "die"
+    script.write_text("#!/bin/sh\nkill -9 $$\n")
+    script.chmod(0o755)
+    result = CommandRunner().run(Hook(id="h", execute_command=str(script)), request())
+    assert result.error == "signal: killed"
+
+
+def test_relative_command_is_taken_from_the_working_directory(probe: Path) -> None:
+    hook = Hook(id="h", execute_command="probe", command_working_directory=str(probe.parent))
+    assert resolve_command(hook) == str(probe)
+    result = CommandRunner().run(hook, request())
+    assert result.ok
+    assert f"cwd: {probe.parent}" in result.output.decode()
+
+
+def test_argv0_is_execute_command_as_written() -> None:
+    hook = Hook(
+        id="h",
+        execute_command="bash",
+        pass_arguments=(Argument("string", "-c"), Argument("string", "echo $0")),
+    )
+    assert CommandRunner().run(hook, request()).output == b"bash\n"
+
+
+def test_bare_name_comes_from_path() -> None:
+    assert look_path("sh") in ("/bin/sh", "/usr/bin/sh")
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ("/nonexistent/cmd", 'exec: "/nonexistent/cmd": stat /nonexistent/cmd: no such file or directory'),
+        ("no-such-command-here", 'exec: "no-such-command-here": executable file not found in $PATH'),
+        ("{plain}", 'exec: "{plain}": permission denied'),
+        ("/tmp", 'exec: "/tmp": permission denied'),
+    ],
+)
+def test_lookup_errors_are_worded_as_go(command: str, message: str, tmp_path: Path) -> None:
+    plain = tmp_path / "not-executable"
+    plain.write_text("data")
+    plain.chmod(0o644)
+    command, message = command.format(plain=plain), message.format(plain=plain)
+    with pytest.raises(CommandNotFound) as info:
+        look_path(command)
+    assert str(info.value) == message
+
+
+def test_missing_command_is_a_result_not_an_exception() -> None:
+    result = CommandRunner().run(Hook(id="h", execute_command="/nonexistent/cmd"), request())
+    assert not result.ok
+    assert result.output == b""
+
+
+def test_background_commands_are_waited_for_and_killed_after_the_grace(tmp_path: Path) -> None:
+    marker = tmp_path / "done"
+    script = tmp_path / "slow"
+    script.write_text(f"#!/bin/sh\nsleep 0.3\ntouch {marker}\n")
+    script.chmod(0o755)
+    runner = CommandRunner()
+    runner.start(Hook(id="h", execute_command=str(script)), request())
+    runner.shutdown(grace=5)
+    assert marker.exists()
+
+    forever = tmp_path / "forever"
+    forever.write_text("#!/bin/sh\nsleep 30 &\nwait\n")
+    forever.chmod(0o755)
+    runner.start(Hook(id="h", execute_command=str(forever)), request())
+    deadline = time.monotonic() + 5
+    while runner.running == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    started = time.monotonic()
+    runner.shutdown(grace=0.2)
+    assert time.monotonic() - started < 5
+    deadline = time.monotonic() + 5
+    while runner.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert runner.running == 0
+
+
+def test_file_mode_is_private(probe: Path) -> None:
+    assert stat.S_IMODE(os.stat(probe).st_mode) == 0o755  # sanity: the probe itself is executable
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    script = tmp_path / "stubborn"
+    # The leader ignores TERM; its child sleeps: both must be gone after the timeout and the grace.
+    script.write_text(f"#!/bin/sh\ntrap '' TERM\nsleep 30 &\necho $! > {pidfile}\nwait\n")
+    script.chmod(0o755)
+    runner = CommandRunner(kill_grace=0.3)
+    hook = Hook(id="h", execute_command=str(script), command_timeout=0.5)
+    started = time.monotonic()
+    result = runner.run(hook, request())
+    assert time.monotonic() - started < 5
+    assert result.error is not None and result.error.startswith("command timed out after 0.5s")
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # A zombie is gone for every purpose but its pid entry; anything else would be an orphan.
+    if Path(f"/proc/{child}").exists():
+        assert Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+
+
+def test_global_timeout_applies_when_the_hook_sets_none(tmp_path: Path) -> None:
+    runner = CommandRunner(command_timeout=0.2, kill_grace=0.2)
+    result = runner.run(Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "5"),)), request())
+    assert result.error == "command timed out after 0.2s (signal: terminated)"
+
+
+def test_python_locale_coercion_does_not_leak_into_commands(tmp_path: Path) -> None:
+    # Start a real hookrunner-like interpreter under the C locale and look at what its command gets.
+    import subprocess
+
+    code = (
+        "from hookrunner.run.executor import inherited_environment; import os;"
+        "print(os.environ.get('LC_CTYPE'), inherited_environment().get('LC_CTYPE'))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k != "LANG"}
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "LANG": "C"}, capture_output=True, text=True)
+    coerced, passed_on = out.stdout.split()
+    assert passed_on == "None"
+    explicit = subprocess.run(
+        [sys.executable, "-c", code], env={**env, "LANG": "en_US.UTF-8", "LC_CTYPE": "C.UTF-8"}, capture_output=True, text=True
+    )
+    assert explicit.stdout.split() == ["C.UTF-8", "C.UTF-8"]  # a locale the user chose is kept
+
+
+def test_runs_still_queued_when_shutdown_gives_up_start_nothing(tmp_path: Path) -> None:
+    # Before the fix a queued run started its command right after shutdown killed the running one, and
+    # the exiting server left it behind in its own session.
+    from hookrunner.run.scheduler import Limits
+
+    record = tmp_path / "started"
+    script = tmp_path / "slow"
+    script.write_text(f"#!/bin/sh\necho $$ >> {record}\nsleep 30\n")
+    script.chmod(0o755)
+    hook = Hook(id="serial", execute_command=str(script), limits=Limits(max_concurrency=1, max_queue=3))
+    runner = CommandRunner()
+    futures = [runner.submit(hook, request()) for _ in range(3)]
+    deadline = time.monotonic() + 5
+    while runner.running == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert runner.queued == 2
+    runner.shutdown(grace=0.2)
+    results = [future.result(timeout=10) for future in futures]
+    assert results[0].error == "signal: killed"
+    assert [r.error for r in results[1:]] == ["not started: hookrunner is shutting down"] * 2
+    assert len(record.read_text().split()) == 1  # only the first command ever ran
+    assert runner.running == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "decoded"),
+    [
+        ("aGVsbG8=", b"hello"),
+        ("aGVs\nbG8=", b"hello"),  # Go's decoder skips line breaks anywhere, padding included
+        ("aGVs\r\nbG8=\r\n", b"hello"),
+        ("aGVsbG8\n=", b"hello"),
+        ("\naGVsbG8=", b"hello"),
+        ("aGVs bG8=", b"hel"),  # corrupt: the whole quanta before the error are kept
+        ("aGVsbG8", b"hel"),  # missing padding is corrupt too
+        ("aGU=aGVs", b"he"),  # data after the padding: the padded quantum is kept
+        ("aGVs\tbG8=", b"hel"),  # only \r and \n are skipped
+        ("", b""),
+    ],
+)
+def test_base64_decodes_as_go_std_encoding(text: str, decoded: bytes) -> None:
+    assert _decode_base64(text) == decoded
+
+
+@pytest.mark.parametrize(
+    ("data", "offset"),
+    [
+        (b"aGVsbG8=", None),
+        (b"aGVs bG8=", 4),
+        (b"aGVs\nbG8", 5),  # offsets count the skipped line breaks
+        (b"aGVsbG8", 4),  # the start of the unfinished quantum
+        (b"aGU=aGVs", 4),
+        (b"aG=x", 2),  # the first "=" of a padding that is not "=="
+        (b"aG=", 3),
+        (b"=", 0),
+    ],
+)
+def test_base64_errors_are_reported_at_gos_offset(data: bytes, offset: int | None) -> None:
+    assert go_base64_decode(data)[1] == offset

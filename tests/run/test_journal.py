@@ -1,0 +1,241 @@
+"""The run journal on its own (hookrunner/journal.py): durable rows, claiming a dead process's runs once,
+pruning, private files, and every fault (corrupt file, newer schema, read-only folder, full disk) turning
+into a logged, counted fallback instead of an exception."""
+
+from __future__ import annotations
+
+import io
+import os
+import resource
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hookrunner.ops import metrics
+from hookrunner.ops.log import log
+from hookrunner.run.journal import FILE_NAME, SCHEMA_VERSION, Journal, JournalError, RunSpec, open_journal
+
+SECRET = "s3cr3t-token-value"
+
+
+def spec(n: int = 1, hook: str = "deploy") -> RunSpec:
+    return RunSpec(
+        hook_id=hook,
+        request_id=f"req-{n}",
+        command="/bin/deploy",
+        argv=("/bin/deploy", f"arg {n}", "caf\udce9"),  # an undecodable byte, kept as surrogateescape
+        env=(("HOOK_TOKEN", SECRET), ("HOOK_N", str(n))),
+        files=(("HOOK_PAYLOAD", b"\x00\xffbinary" + bytes([n % 256])),),
+        cwd="/srv",
+    )
+
+
+class _Hooks:
+    def __len__(self) -> int:
+        return 0
+
+
+class _Runner:
+    running = 0
+    queued = 0
+
+
+@pytest.fixture
+def logged() -> Iterator[io.StringIO]:
+    out = io.StringIO()
+    old_stream, old_enabled = log._stream, log.enabled
+    log.set_output(out)
+    log.enabled = True
+    m = metrics.enable(_Hooks(), _Runner())
+    try:
+        yield out
+    finally:
+        log.set_output(old_stream)
+        log.enabled = old_enabled
+        metrics.disable()
+        del m
+
+
+def journal_count(event: str) -> float:
+    m = metrics.active()
+    assert m is not None
+    return m.journal.labels(event=event)._value.get()
+
+
+def test_a_recorded_run_comes_back_exactly_to_the_next_boot(tmp_path: Path) -> None:
+    first = Journal(str(tmp_path / "state"), "boot-1")
+    ids = [first.record(spec(n)) for n in range(3)]
+    assert all(isinstance(i, int) for i in ids)
+    first.running(ids[0])  # type: ignore[arg-type]
+    first.close()
+
+    second = Journal(str(tmp_path / "state"), "boot-2")
+    left = second.claim_left_overs()
+    assert [x.run_id for x in left] == ids
+    assert [x.spec for x in left] == [spec(0), spec(1), spec(2)]
+    assert second.counts() == {"accepted": 3}
+    # Claimed by this live process: a sibling worker of the same boot (another process) finds nothing.
+    assert claim_in_child(tmp_path / "state", "boot-2") == 0
+    second.close()
+
+
+CLAIM_CHILD = """
+import sys
+from hookrunner.run.journal import Journal
+print(len(Journal(sys.argv[1], sys.argv[2]).claim_left_overs()))
+"""
+
+
+def claim_in_child(state: Path, boot: str) -> int:
+    result = subprocess.run(
+        [sys.executable, "-c", CLAIM_CHILD, str(state), boot], capture_output=True, text=True, timeout=60,
+        check=True,
+    )
+    return int(result.stdout)
+
+
+def test_a_live_siblings_runs_are_not_claimed_but_a_dead_workers_are(tmp_path: Path) -> None:
+    state = str(tmp_path)
+    mine = Journal(state, "boot")
+    mine.record(spec(1))
+    # A row of the same boot owned by a worker pid that is alive (this test's parent) or dead.
+    sibling = os.getppid()
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    db = sqlite3.connect(os.path.join(state, FILE_NAME))
+    db.execute("UPDATE runs SET owner = ?", (f"boot:{sibling}",))
+    db.commit()
+    assert mine.claim_left_overs() == []
+    db.execute("UPDATE runs SET owner = ?", (f"boot:{child.pid}",))
+    db.commit()
+    db.close()
+    assert [x.spec for x in mine.claim_left_overs()] == [spec(1)]
+    mine.close()
+
+
+def test_finished_runs_are_not_replayed_and_are_pruned_to_keep(tmp_path: Path, logged: io.StringIO) -> None:
+    journal = Journal(str(tmp_path), "boot-1", keep=5)
+    ids = [journal.record(spec(n)) for n in range(12)]
+    journal.finished([i for i in ids[:10] if i is not None], "exit status 0")
+    assert journal.prune() == 5
+    assert journal.counts() == {"finished": 5, "accepted": 2}
+    assert journal_count("pruned") == 5
+    assert journal_count("journaled") == 12
+    journal.close()
+    again = Journal(str(tmp_path), "boot-2", keep=5)
+    assert [x.run_id for x in again.claim_left_overs()] == ids[10:]
+    again.close()
+
+
+def test_folder_and_files_are_private(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    journal = Journal(str(state), "boot")
+    journal.record(spec())
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    names = sorted(p.name for p in state.iterdir())
+    assert names == [FILE_NAME, FILE_NAME + "-shm", FILE_NAME + "-wal"]
+    for path in state.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    db = sqlite3.connect(state / FILE_NAME)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    db.close()
+    journal.close()
+
+
+def test_a_corrupt_file_is_refused_with_a_clear_line_and_left_alone(tmp_path: Path, logged: io.StringIO) -> None:
+    path = tmp_path / FILE_NAME
+    garbage = b"this is not a database at all\n" * 200
+    path.write_bytes(garbage)
+    assert open_journal(str(tmp_path), "boot", 10) is None
+    text = logged.getvalue()
+    assert f"run journal: cannot use {path}: file is not a database" in text
+    assert "serving without a journal" in text
+    assert journal_count("failed") == 1
+    assert path.read_bytes() == garbage
+
+
+def test_a_journal_from_a_newer_version_is_refused(tmp_path: Path, logged: io.StringIO) -> None:
+    journal = Journal(str(tmp_path), "boot")
+    journal.record(spec())
+    journal.close()
+    db = sqlite3.connect(tmp_path / FILE_NAME)
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    with pytest.raises(JournalError, match=r"written by a newer hookrunner \(schema version 2, this one knows 1\)"):
+        Journal(str(tmp_path), "boot-2")
+    assert open_journal(str(tmp_path), "boot-2", 10) is None
+    assert "written by a newer hookrunner" in logged.getvalue()
+    db = sqlite3.connect(tmp_path / FILE_NAME)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+    assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+    db.close()
+
+
+READ_ONLY_CHILD = """
+import os
+import sys
+from hookrunner.run.journal import Journal, JournalError
+if os.geteuid() == 0:  # root writes anywhere: the check runs as an unprivileged user
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+try:
+    Journal(sys.argv[1], "boot")
+except JournalError as exc:
+    print("refused:", exc)
+else:
+    print("opened")
+"""
+
+
+def test_a_read_only_folder_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(0o500)
+    if os.geteuid() == 0:
+        os.chown(state, 65534, 65534)
+        tmp_path.chmod(0o755)
+    result = subprocess.run(
+        [sys.executable, "-c", READ_ONLY_CHILD, str(state)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"refused: cannot open {state / FILE_NAME}: Permission denied"
+
+
+def test_a_full_disk_turns_the_journal_off_without_logging_secrets(
+    tmp_path: Path, logged: io.StringIO
+) -> None:
+    journal = Journal(str(tmp_path), "boot")
+    assert journal.record(spec(1)) is not None
+    # A full disk, as the process sees it: writes past this size fail (EFBIG) instead of growing the WAL.
+    wal = tmp_path / (FILE_NAME + "-wal")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (wal.stat().st_size, hard))
+    try:
+        results = [journal.record(spec(n)) for n in range(2, 50)]
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old)
+    assert None in results
+    assert not journal.enabled
+    assert journal.record(spec(99)) is None  # stays off: no line per request
+    text = logged.getvalue()
+    assert text.count("cannot record an accepted run") == 1
+    assert "serving without a journal" in text
+    assert SECRET not in text
+    assert journal_count("failed") == 1
+    # What was written before the failure is still there for the next start.
+    again = Journal(str(tmp_path), "boot-2")
+    left = again.claim_left_overs()
+    assert left and left[0].spec == spec(1)
+    again.close()
