@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import itertools
+import json
 import os
 import signal
 import sqlite3
@@ -269,3 +270,90 @@ def test_a_second_hookrunner_on_the_same_state_dir_serves_without_a_journal(
     assert Counter(lines(record, "start")) == {str(n): 1 for n in range(1, 6)}
     assert second.stop() == 0
     assert first.stop() == 0
+
+
+def test_kill_9_while_the_journal_is_being_written_loses_no_answered_run(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    """An OOM-like death mid-write: the worker is killed -9 the moment its journal's write-ahead log is
+    written to (a 1 MiB file per run makes each write hundreds of pages long), three times under load."""
+    out, state = tmp_path / "out", tmp_path / "state"
+    hook = {
+        "id": "big",
+        "execute-command": sys.executable,
+        "pass-arguments-to-command": [
+            {"source": "string", "name": "-c"},
+            {"source": "string", "name": APPEND},
+            {"source": "string", "name": str(out)},
+            {"source": "url", "name": "seq"},
+        ],
+        "pass-file-to-command": [{"source": "payload", "name": "blob", "envname": "BLOB"}],
+    }
+    server = start(tmp_path, servers, [hook], "-state-dir", str(state), "-max-concurrent-commands", "2")
+    body = json.dumps({"blob": "x" * (1 << 20)}).encode()
+    accepted: set[int] = set()
+    lock = threading.Lock()
+    numbers = itertools.count()
+    stop = threading.Event()
+
+    def send() -> None:
+        while not stop.is_set():
+            with lock:
+                seq = next(numbers)
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+            try:
+                conn.request("POST", f"/hooks/big?seq={seq}", body=body,
+                             headers={"Content-Type": "application/json"})
+                status = conn.getresponse().status
+            except OSError:
+                continue  # its worker died under it: not answered, so not accepted
+            finally:
+                conn.close()
+            if status == 200:
+                with lock:
+                    accepted.add(seq)
+
+    wal = state / "journal.sqlite3-wal"
+
+    def written_at() -> int:
+        try:
+            return wal.stat().st_mtime_ns
+        except FileNotFoundError:
+            return 0
+
+    kills = 0
+    with ThreadPoolExecutor(3) as pool:
+        senders = [pool.submit(send) for _ in range(3)]
+        try:
+            for _ in range(3):
+                floor = len(accepted) + 5
+                assert wait_until(lambda f=floor: len(accepted) >= f, timeout=60)  # type: ignore[misc]
+                worker, before = server.worker_pid(), written_at()
+                deadline = time.monotonic() + 10
+                while written_at() == before and time.monotonic() < deadline:
+                    pass  # spin: the kill must land while the write is still going on
+                os.kill(worker, signal.SIGKILL)
+                kills += 1
+                assert wait_until(lambda w=worker: server.worker_pid() != w, timeout=20)  # type: ignore[misc]
+            floor = len(accepted) + 5
+            assert wait_until(lambda f=floor: len(accepted) >= f, timeout=60)  # type: ignore[misc]
+        finally:
+            stop.set()
+            for sender in senders:
+                sender.result(timeout=60)
+    assert kills == 3
+
+    def ran() -> set[int]:
+        return {int(line) for line in out.read_text().split()} if out.exists() else set()
+
+    assert wait_until(lambda: accepted <= ran(), timeout=60), sorted(accepted - ran())
+    assert wait_until(lambda: set(states(state)) == {"finished"}, timeout=30), states(state)
+    # The journal was never found torn: no worker had to turn it off.
+    assert "serving without a journal" not in server.log, server.log
+    db = sqlite3.connect(state / "journal.sqlite3")
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        db.close()
+    print(f"accepted {len(accepted)} across {kills} kills mid-write, all ran")
+    assert server.stop() == 0

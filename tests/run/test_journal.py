@@ -239,3 +239,75 @@ def test_a_full_disk_turns_the_journal_off_without_logging_secrets(
     left = again.claim_left_overs()
     assert left and left[0].spec == spec(1)
     again.close()
+
+
+# A serving process that dies as the kernel's OOM killer ends it: SIGKILL, in the middle of a journal write.
+# A watcher thread sends the signal once the record in flight has begun writing SQLite's write-ahead log (its
+# mtime moved) and before record() has returned; a record is acknowledged (printed) only after it returned,
+# as a request is answered only then. The big file content makes each write hundreds of pages long.
+MID_WRITE_CHILD = """
+import os, signal, sys, threading, time
+from hookrunner.run.journal import Journal, RunSpec
+state, boot, first, kill_after = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+journal = Journal(state, boot)
+wal = os.path.join(state, "journal.sqlite3-wal")
+in_write = threading.Event()
+def mtime():
+    try:
+        return os.stat(wal).st_mtime_ns
+    except FileNotFoundError:
+        return 0
+def watch():
+    while True:
+        in_write.wait()
+        before = armed[0]
+        while in_write.is_set():
+            if mtime() != before:
+                os.kill(os.getpid(), signal.SIGKILL)
+armed = [0]
+blob = os.urandom(1 << 20)
+for n in range(first, first + 1000):
+    spec = RunSpec("big", f"req-{n}", "/bin/true", ("/bin/true", str(n)), (("N", str(n)),),
+                   (("HOOK_BLOB", blob),), "/")
+    if n - first == kill_after:
+        armed[0] = mtime()
+        threading.Thread(target=watch, daemon=True).start()
+        in_write.set()
+    journal.record(spec)
+    in_write.clear()
+    print(n, flush=True)
+print("never killed", flush=True)
+"""
+
+
+def test_a_sigkill_in_the_middle_of_a_journal_write_loses_no_acknowledged_run(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    acknowledged: set[int] = set()
+    attempted: set[int] = set()
+    first = 0
+    for round_, kill_after in enumerate((0, 3, 1, 5, 2)):
+        child = subprocess.run(
+            [sys.executable, "-c", MID_WRITE_CHILD, str(state), f"boot-{round_}", str(first), str(kill_after)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert child.returncode == -signal.SIGKILL, (child.returncode, child.stdout, child.stderr)
+        printed = [int(line) for line in child.stdout.split()]
+        assert printed == list(range(first, first + kill_after))  # killed in the write after these
+        acknowledged.update(printed)
+        attempted.update(range(first, first + kill_after + 1))
+        first += 1000
+        # The next start finds a sound journal: nothing torn, every acknowledged run there to replay.
+        db = sqlite3.connect(state / FILE_NAME)
+        try:
+            assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        finally:
+            db.close()
+        journal = Journal(str(state), f"check-{round_}")
+        try:
+            left = journal.claim_left_overs()
+        finally:
+            journal.close()
+        seen = [int(run.spec.argv[1]) for run in left]
+        assert len(seen) == len(set(seen))
+        assert acknowledged <= set(seen) <= attempted, (sorted(acknowledged), sorted(seen))
+        assert all(len(dict(run.spec.files)["HOOK_BLOB"]) == 1 << 20 for run in left)
