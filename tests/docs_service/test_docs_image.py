@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import requests
+import yaml
 from docs_support import (
     ETC,
     REPO_ROOT,
@@ -60,6 +61,14 @@ NOFILE = _hard_limit(resource.RLIMIT_NOFILE, 1 << 20)
 PODMAN_ARGV = [PODMAN or "podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 GRACE = 30  # the pod's default terminationGracePeriodSeconds
+STATE_VOLUME = "/var/lib/hookrunner"  # the Deployment's `state` emptyDir
+
+
+def deployment_args() -> list[str]:
+    """The container's arguments, as k8s/deployment.yaml gives them."""
+    deployment = yaml.safe_load((REPO_ROOT / "k8s" / "deployment.yaml").read_text(encoding="utf-8"))
+    [box] = deployment["spec"]["template"]["spec"]["containers"]
+    return [str(arg) for arg in box["args"]]
 
 
 def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -145,7 +154,8 @@ def pod(image: str, tmp_path: Path) -> Iterator[Pod]:
         "--ulimit", f"nofile={NOFILE}:{NOFILE}", "--ulimit", f"nproc={NPROC}:{NPROC}",
         "-v", f"{config}:/etc/webhook:ro", "-v", f"{sa_dir}:{SA_PATH}:ro",
         "-e", f"KUBERNETES_SERVICE_HOST={standin.host}", "-e", f"KUBERNETES_SERVICE_PORT={standin.port}",
-        image, "-hooks=/etc/webhook/hooks.yaml", "-hotreload", "-verbose", "-ip", "127.0.0.1", "-port", str(port),
+        "--tmpfs", f"{STATE_VOLUME}:size=64m,mode=1777",  # the journal's emptyDir
+        image, *deployment_args(), "-ip", "127.0.0.1", "-port", str(port),
     ]  # fmt: skip
     started = time.monotonic()
     podman(*argv)
@@ -202,6 +212,11 @@ def test_a_dev_push_builds_the_dev_site(pod: Pod) -> None:
     assert job["status"].get("succeeded") == 1, pod.standin.job_log("dev", name)
     assert (pod.standin.site_root / "dev" / "index.html").is_file()
     assert "in namespace dev (HTTP 201)" in pod.logs()
+    # The run went through the journal: its folder is private, its file there, and it never turned off.
+    [state_dir] = [arg.split("=", 1)[1] for arg in deployment_args() if arg.startswith("-state-dir=")]
+    listing = podman("exec", pod.name, "stat", "-c", "%a %n", state_dir, f"{state_dir}/journal.sqlite3").stdout
+    assert listing.split() == ["700", state_dir, "600", f"{state_dir}/journal.sqlite3"]
+    assert "serving without a journal" not in pod.logs()
 
 
 def test_a_configmap_swap_is_picked_up_without_a_restart(pod: Pod) -> None:

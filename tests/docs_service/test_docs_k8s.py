@@ -91,7 +91,10 @@ def test_deployment_is_the_seeds() -> None:
     assert pod["serviceAccountName"] == "webhook-job-trigger"
     [box] = pod["containers"]
     assert box["command"] == ["/app/webhook"]
-    assert box["args"] == ["-hooks=/etc/webhook/hooks.yaml", "-hotreload", "-verbose"]
+    # The seed's three arguments, then the one the bundle adds: the run journal (docs/operations.md).
+    assert box["args"] == [
+        "-hooks=/etc/webhook/hooks.yaml", "-hotreload", "-verbose", "-state-dir=/var/lib/hookrunner/journal"
+    ]
     assert box["ports"][0]["containerPort"] == 9000
     [config] = [v for v in pod["volumes"] if v.get("configMap")]
     assert config["configMap"] == {"name": "webhook-etc", "defaultMode": 493}
@@ -117,6 +120,17 @@ def test_deployment_is_production_ready() -> None:
     # A read-only root still needs a writable /tmp for reload.sh's mktemp.
     tmp_volumes = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
     assert any(m["mountPath"] == "/tmp" and m["name"] in tmp_volumes for m in box["volumeMounts"])
+
+
+def test_the_run_journal_is_on_an_empty_dir_inside_the_mount() -> None:
+    pod = find("Deployment", "webhook-docs")["spec"]["template"]["spec"]
+    [box] = pod["containers"]
+    [state_dir] = [arg.split("=", 1)[1] for arg in box["args"] if arg.startswith("-state-dir=")]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    [mount] = [m for m in box["volumeMounts"] if state_dir.startswith(m["mountPath"] + "/")]
+    # A folder inside the volume, so hookrunner creates it private (an emptyDir's root is world-writable).
+    assert state_dir != mount["mountPath"]
+    assert "emptyDir" in volumes[mount["name"]] and not mount.get("readOnly")
 
 
 def test_deployment_user_is_the_containerfiles() -> None:
