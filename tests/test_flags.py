@@ -146,8 +146,9 @@ def test_workers_flag_sets_gunicorn_workers_and_defaults_to_one() -> None:
 
 
 def test_worker_class_flag_picks_the_gunicorn_worker_and_defaults_to_gevent() -> None:
-    from hookrunner.serve.arbiter import HookWorker, gunicorn_options
+    from hookrunner.serve.arbiter import gunicorn_options
     from hookrunner.serve.greenworker import GreenWorker
+    from hookrunner.serve.threadworker import HookWorker
 
     assert parse_args([]).worker_class == "gevent"
     assert gunicorn_options(parse_args([]), 3)["worker_class"] is GreenWorker

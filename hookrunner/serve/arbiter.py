@@ -1,6 +1,7 @@
 """Serving: gunicorn embedded in-process on an already-bound socket, with webhook's signals and TLS;
-one master preloads app and hooks, and one worker serves: the gevent worker (greenworker.py), or with
--worker-class gthread the threaded worker defined here (see docs/operations.md for why one)."""
+one master (the arbiter) preloads app and hooks, and one worker serves: the gevent worker
+(greenworker.py), or with -worker-class gthread the threaded worker (threadworker.py); docs/operations.md
+says why one."""
 
 from __future__ import annotations
 
@@ -9,39 +10,23 @@ import logging
 import math
 import os
 import signal
-import socket
 import ssl
-import threading
 from collections.abc import Callable
 from typing import Any
 
 # gunicorn.glogging and concurrent.futures.thread are imported lazily by gunicorn; after -setuid/-setgid
 # the interpreter's files may be out of reach, so they are loaded here, before the privileges go.
 import gunicorn.glogging  # noqa: F401
-import gunicorn.workers.gthread
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
-from gunicorn.http.unreader import SocketUnreader
-from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from hookrunner.config import Config
 from hookrunner.ops.log import json_line, log, rfc3339_now
 from hookrunner.run.journal import lock_state_dir, new_boot_id
 from hookrunner.serve import tls
 from hookrunner.serve.greenworker import GreenWorker
-from hookrunner.serve.worker import (
-    HELD_SIGNALS,
-    DeadlineSocket,
-    Registry,
-    Runner,
-    WebhookWorker,
-    ctx,
-    handshake_expired,
-)
-
-#: Threads of the threaded worker: each request that captures a command's output holds one while it runs.
-THREADS = 64
-
+from hookrunner.serve.threadworker import THREADS, HookWorker
+from hookrunner.serve.worker import HELD_SIGNALS, Registry, Runner, ctx
 
 #: Reload signals that arrived after start-up announced `os signal watcher ready` but before gunicorn's
 #: master installed its own handlers; the master replays them once it has.
@@ -57,83 +42,6 @@ def hold_reload_signals() -> None:
 
     signal.signal(signal.SIGHUP, keep)
     signal.signal(signal.SIGUSR1, keep)
-
-
-class _TimedConn(TConn):
-    """gunicorn's connection with -read-timeout: a bounded TLS handshake, and reads under a deadline."""
-
-    reader: DeadlineSocket | None = None
-
-    def init(self) -> None:
-        if self.initialized:
-            return
-        limit = ctx.config.read_timeout
-        timer: threading.Timer | None = None
-        handle: socket.socket | None = None
-        if limit > 0 and self.cfg.is_ssl:
-            # The handshake reads too; a stalled one is ended by shutting the connection down under it.
-            # Wrapping detaches the descriptor from self.sock, so the timer holds a duplicate of its own
-            # (which also keeps the descriptor from being reused by another connection meanwhile).
-            handle = self.sock.dup()
-            timer = threading.Timer(limit, _end_handshake, (handle, self.client, limit))
-            timer.daemon = True
-            timer.start()
-        try:
-            super().init()
-        finally:
-            if timer is not None and handle is not None:
-                timer.cancel()
-                timer.join()
-                handle.close()
-        unreader = getattr(self.parser, "unreader", None)
-        if limit > 0 and isinstance(unreader, SocketUnreader):
-            self.reader = DeadlineSocket(unreader.sock, limit, self.client)
-            unreader.sock = self.reader
-
-
-def _end_handshake(sock: socket.socket, peer: Any, limit: float) -> None:
-    handshake_expired(peer, limit)
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
-class HookWorker(WebhookWorker, ThreadWorker):
-    """gunicorn's threaded worker (-worker-class gthread): a pool of THREADS threads serves requests."""
-
-    def init_process(self) -> None:
-        # Connections read under -read-timeout (slow clients); in this process only.
-        gunicorn.workers.gthread.TConn = _TimedConn
-        super().init_process()
-
-    def request_local(self) -> Any:
-        return threading.local()
-
-    def handle(self, conn: Any) -> Any:
-        # Each request on a kept-alive connection gets the whole -read-timeout again.
-        reader = getattr(conn, "reader", None)
-        if reader is not None:
-            reader.new_request()
-        return super().handle(conn)
-
-    def handle_request(self, req: Any, conn: Any) -> bool:
-        if self.refuse_bad_host(req, conn.sock):
-            return False
-        self._current.req = req  # the app runs on this thread, inside the call below
-        self._current.sock = conn.sock
-        try:
-            return bool(super().handle_request(req, conn))
-        finally:
-            self._current.req = self._current.sock = None
-            reader = getattr(conn, "reader", None)
-            if reader is not None:
-                # The request was read in time; draining an unread body is bounded by gunicorn itself.
-                reader.new_request()
-
-    def run(self) -> None:
-        super().run()
-        self.finish_commands()
 
 
 class HookArbiter(Arbiter):
