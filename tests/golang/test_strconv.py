@@ -34,3 +34,7 @@ def test_quote_rune() -> None:
 )
 def test_underscores_ok(text: str, ok: bool) -> None:
     assert underscores_ok(text) is ok
+
+
+def test_go_quote() -> None:
+    assert quote('a"\\\x00\u00a0é\U0001f600') == '"a\\"\\\\\\x00\\u00a0é😀"'

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hookrunner.errors import HooksFileError, TemplateError
-from hookrunner.golang.template import WEBHOOK_FUNCS, Template, go_quote, go_sprintf, render_hooks_template
+from hookrunner.golang.template import WEBHOOK_FUNCS, Template, render_hooks_template
 
 VECTORS_FILE = Path(__file__).resolve().parents[2] / "data" / "gotemplate" / "vectors.json"
 DOC = json.loads(VECTORS_FILE.read_text(encoding="utf-8"))
@@ -151,37 +151,6 @@ def test_dot_is_nil() -> None:
     )
 
 
-def test_getenv_reads_the_environment_at_render_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    text = '"secret": "{{ getenv "HR_TPL_UNIT" | js }}"'
-    monkeypatch.setenv("HR_TPL_UNIT", 'a"b\\c<d>')
-    assert render_hooks_template(text) == '"secret": "a\\"b\\\\c\\u003Cd\\u003E"'
-    monkeypatch.delenv("HR_TPL_UNIT")
-    assert render_hooks_template(text) == '"secret": ""'
-
-
-def test_cat_cuts_one_trailing_newline(tmp_path: Path) -> None:
-    (tmp_path / "one").write_text("pw\n")
-    (tmp_path / "two").write_text("pw\n\n")
-    text = '[{{cat "%s/one"}}][{{cat "%s/two"}}][{{cat "%s/absent"}}][{{cat "%s"}}]' % ((tmp_path,) * 4)
-    assert render_hooks_template(text) == "[pw][pw\n][][]"
-
-
-def test_credential_reads_the_credentials_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "token").write_text("from-file\n")
-    monkeypatch.setenv("token", "from-env")
-    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
-    assert render_hooks_template('{{credential "token"}}') == "from-env"
-    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
-    assert render_hooks_template('{{credential "token"}}') == "from-file"
-    assert render_hooks_template('[{{credential "absent"}}]') == "[]"
-
-
-def test_no_other_functions_than_webhooks() -> None:
-    for name in ("include", "env", "default", "toJson", "required"):
-        with pytest.raises(TemplateError, match=f'function "{name}" not defined'):
-            render_hooks_template("{{ " + name + " }}")
-
-
 def test_invalid_utf8_passes_through() -> None:
     # A loader that decodes with surrogateescape gets its bytes back unchanged around the actions.
     raw = b"\xff\xfe {{ print 1 }} \xc3"
@@ -201,24 +170,6 @@ def test_data_other_than_nil() -> None:
     tmpl = Template.parse("{{range $k, $v := .}}{{$k}}={{$v}};{{end}}", "hooks", WEBHOOK_FUNCS)
     # As in Go, a nil map value prints as <no value> in an action, and as <nil> inside print.
     assert tmpl.execute({"b": [1, 2], "a": None}) == "a=<no value>;b=[1 2];"
-
-
-@pytest.mark.parametrize(
-    ("args", "expected"),
-    [
-        (("%5.1f|%-4d|%x", 3.14159, 7, "hi"), "  3.1|7   |6869"),
-        (("%d %d", 1), "1 %!d(MISSING)"),
-        (("%s", 1, 2), "%!s(int=1)%!(EXTRA int=2)"),
-        (("%v %v", [1, "a"], {"k": None}), "[1 a] map[k:<nil>]"),
-        (("%08.3f|%+d|%q", -3.14159, 5, "é\n"), '-003.142|+5|"é\\n"'),
-    ],
-)
-def test_go_sprintf(args: tuple[Any, ...], expected: str) -> None:
-    assert go_sprintf(*args) == expected
-
-
-def test_go_quote() -> None:
-    assert go_quote('a"\\\x00\u00a0é\U0001f600') == '"a\\"\\\\\\x00\\u00a0é😀"'
 
 
 def test_nesting_beyond_pythons_stack_is_an_error_not_a_crash() -> None:
