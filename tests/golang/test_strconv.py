@@ -3,6 +3,7 @@
 import pytest
 
 from hookrunner.golang.strconv import quote, quote_rune, underscores_ok
+from hookrunner.golang.strconv import quote as go_quote
 
 
 @pytest.mark.parametrize(
@@ -34,3 +35,18 @@ def test_quote_rune() -> None:
 )
 def test_underscores_ok(text: str, ok: bool) -> None:
     assert underscores_ok(text) is ok
+
+
+@pytest.mark.parametrize(
+    ("text", "quoted"),
+    [
+        ("foo", '"foo"'),
+        ('a"b\\c', '"a\\"b\\\\c"'),
+        ("\n\t\x00\x7f", '"\\n\\t\\x00\\x7f"'),
+        ("é\u00a0\u2028", '"é\\u00a0\\u2028"'),
+        ("\udcff", '"\\xff"'),
+        ("\U0001f600", '"\U0001f600"'),
+    ],
+)
+def test_go_quote(text: str, quoted: str) -> None:
+    assert go_quote(text) == quoted
