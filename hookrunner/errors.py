@@ -104,3 +104,7 @@ class UsageError(HookrunnerError):
     def __init__(self, message: str, exit_code: int = 2) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class ValueRetrievalError(HookrunnerError):
+    """A plain (non parameter-node) error from webhook's Argument.Get: a rule sees it as a hard error."""

@@ -24,26 +24,16 @@ from hookrunner.errors import (
     SignatureError,
     SourceError,
 )
+from hookrunner.golang.json import decode_json_map
 from hookrunner.golang.sniff import detect_content_type
 from hookrunner.golang.status import is_known_status, status_line
 from hookrunner.golang.strconv import quote as go_quote
+from hookrunner.golang.url import go_parse_query
+from hookrunner.hooks.bodies import parse_form_payload, parse_json_payload, parse_multipart, parse_xml_payload
 from hookrunner.hooks.explain import explain, explanation_text
 from hookrunner.hooks.load import Hook, HookRegistry
-from hookrunner.hooks.params import (
-    ReplacePanicError,
-    argument_value,
-    decode_json_map,
-    replace_parameter,
-)
-from hookrunner.hooks.request import (
-    Request,
-    canonical_header_key,
-    go_parse_query,
-    parse_form_payload,
-    parse_json_payload,
-    parse_multipart,
-    parse_xml_payload,
-)
+from hookrunner.hooks.params import ReplacePanicError, argument_value, replace_parameter
+from hookrunner.hooks.request import Request, canonical_header_key
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.executor import CommandRunner

@@ -36,5 +36,20 @@ def test_underscores_ok(text: str, ok: bool) -> None:
     assert underscores_ok(text) is ok
 
 
-def test_go_quote() -> None:
+def test_quote_of_mixed_escapes() -> None:
     assert quote('a"\\\x00\u00a0é\U0001f600') == '"a\\"\\\\\\x00\\u00a0é😀"'
+
+
+@pytest.mark.parametrize(
+    ("text", "quoted"),
+    [
+        ("foo", '"foo"'),
+        ('a"b\\c', '"a\\"b\\\\c"'),
+        ("\n\t\x00\x7f", '"\\n\\t\\x00\\x7f"'),
+        ("é\u00a0\u2028", '"é\\u00a0\\u2028"'),
+        ("\udcff", '"\\xff"'),
+        ("\U0001f600", '"\U0001f600"'),
+    ],
+)
+def test_go_quote(text: str, quoted: str) -> None:
+    assert quote(text) == quoted

@@ -1,26 +1,17 @@
-"""Properties of the body parsers and the protocol helpers that must hold on any input: an answer or a
-typed error (hookrunner.errors, or gunicorn's parse errors for the header block), never another exception."""
+"""Properties of the body parsers that must hold on any input: an answer or a typed error
+(hookrunner.errors), never another exception."""
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 
-from gunicorn.http import errors as http_errors
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hookrunner.errors import MultipartError, PayloadParseError
-from hookrunner.hooks.request import (
-    go_parse_query,
-    parse_form_payload,
-    parse_json_payload,
-    parse_multipart,
-    parse_xml_payload,
-)
-from hookrunner.run.executor import go_base64_decode
-from hookrunner.serve.protocol import go_header_block
+from hookrunner.golang.url import go_parse_query
+from hookrunner.hooks.bodies import parse_form_payload, parse_json_payload, parse_multipart, parse_xml_payload
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
@@ -127,35 +118,3 @@ def test_multipart_bodies_parse_or_fail_typed(body: bytes, content_type: str, qu
     except MultipartError:
         return
     assert result is None or isinstance(result, dict)
-
-
-@given(st.binary(max_size=40) | st.binary(max_size=30).map(base64.b64encode))
-@example(b"aGVs\nbG8=")
-def test_base64_decodes_like_python_where_go_finds_no_error(data: bytes) -> None:
-    decoded, error = go_base64_decode(data)
-    if error is None:
-        assert decoded == base64.b64decode(data.replace(b"\r", b"").replace(b"\n", b""), validate=True)
-    else:
-        assert 0 <= error <= len(data) and len(decoded) <= len(data)
-
-
-HEADER_LINES = st.lists(
-    st.binary(max_size=20).map(lambda b: b.replace(b"\r\n", b""))
-    | st.tuples(st.sampled_from([b"Host", b"X-A", b"Content-Length", b"Bad Name", b""]), st.binary(max_size=8)).map(
-        lambda t: t[0] + b": " + t[1].replace(b"\r\n", b"")
-    ),
-    min_size=1,
-    max_size=5,
-)
-
-
-@given(HEADER_LINES)
-@example([b" folded first"])
-@example([b": x", b" y"])
-def test_header_blocks_are_read_or_refused_as_go_would(lines: list[bytes]) -> None:
-    try:
-        kept, problem = go_header_block(b"\r\n".join(lines))
-    except http_errors.InvalidHeader:
-        return
-    assert problem in ("", "invalid header name", "invalid header value")
-    assert len(kept) <= len(b"\r\n".join(lines))
