@@ -14,7 +14,7 @@ from typing import Any
 
 from hookrunner.errors import HookrunnerError, ParameterNodeError
 from hookrunner.golang.strconv import quote as go_quote
-from hookrunner.hooks.load import Argument
+from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.request import Request, canonical_header_key
 
 __all__ = [

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from hookrunner.errors import ParameterNodeError
-from hookrunner.hooks.load import Argument
+from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.params import (
     _UNCERTAIN,
     GoJSONError,
