@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from hookrunner.hooks.load import Argument
+
+class GoPrinted(Protocol):
+    """What an error needs of the value it names (a hook's Argument): Go's `%+v` of it."""
+
+    def go_repr(self) -> str: ...
 
 
 class HookrunnerError(Exception):
@@ -49,7 +52,7 @@ class RuleError(HookrunnerError):
 class ArgumentError(HookrunnerError):
     """A command argument could not be retrieved from the request."""
 
-    def __init__(self, argument: Argument) -> None:
+    def __init__(self, argument: GoPrinted) -> None:
         super().__init__(argument)
         self.argument = argument
 
@@ -60,7 +63,7 @@ class ArgumentError(HookrunnerError):
 class SourceError(HookrunnerError):
     """An argument names a source that cannot be used where it appears."""
 
-    def __init__(self, argument: Argument) -> None:
+    def __init__(self, argument: GoPrinted) -> None:
         super().__init__(argument)
         self.argument = argument
 

@@ -8,7 +8,7 @@ from hookrunner.errors import HookrunnerError, ParameterNodeError, ValueRetrieva
 from hookrunner.golang.fmt import render_value
 from hookrunner.golang.json import NilMap, go_json_dumps
 from hookrunner.golang.strconv import quote as go_quote
-from hookrunner.hooks.load import Argument
+from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.request import Request, canonical_header_key
 
 __all__ = [

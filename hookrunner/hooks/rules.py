@@ -18,7 +18,7 @@ import re2
 
 from hookrunner.errors import HookrunnerError, ParameterNodeError, RuleError, SignatureError
 from hookrunner.golang.decode import fields, go_bool, go_string, type_error
-from hookrunner.hooks.load import Argument
+from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.params import argument_value
 from hookrunner.hooks.request import Request
 from hookrunner.ops.log import log

@@ -19,16 +19,10 @@ import yaml
 from hookrunner.errors import HooksFileError
 from hookrunner.golang.decode import fields, go_string
 from hookrunner.golang.status import is_known_status
-from hookrunner.hooks.load import (
-    ARGUMENT_FIELDS,
-    HOOK_FIELDS,
-    LIMIT_FIELDS,
-    Argument,
-    Hook,
-    HooksYamlLoader,
-    decode_hook,
-    read_hooks_text,
-)
+from hookrunner.golang.yaml import YamlV2Loader
+from hookrunner.hooks.argument import Argument
+from hookrunner.hooks.load import read_hooks_text
+from hookrunner.hooks.model import ARGUMENT_FIELDS, HOOK_FIELDS, LIMIT_FIELDS, Hook, decode_hook
 from hookrunner.hooks.rules import (
     MATCH_IP_WHITELIST,
     MATCH_REGEX,
@@ -240,7 +234,7 @@ def validate_files(paths: Sequence[str], as_template: bool = False) -> tuple[lis
     count = 0
     for path in paths:
         try:
-            data = yaml.load(read_hooks_text(path, as_template), Loader=HooksYamlLoader)
+            data = yaml.load(read_hooks_text(path, as_template), Loader=YamlV2Loader)
         except HooksFileError as exc:
             problems.append(Problem(path, "", str(exc)))
             continue

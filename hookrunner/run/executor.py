@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 
 from hookrunner.errors import ArgumentError, HookrunnerError
 from hookrunner.golang.strconv import quote as go_quote
-from hookrunner.hooks.load import Argument, Hook
+from hookrunner.hooks.argument import Argument
+from hookrunner.hooks.model import Hook
 from hookrunner.hooks.params import argument_value
 from hookrunner.hooks.request import Request
 from hookrunner.ops import metrics

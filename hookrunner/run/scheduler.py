@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from hookrunner.errors import HookrunnerError
+from hookrunner.hooks.model import Limits
 from hookrunner.ops.log import log
 
 T = TypeVar("T")
@@ -26,16 +27,6 @@ class Busy(HookrunnerError):
         super().__init__(f"hook {hook_id} is busy")
         self.hook_id = hook_id
         self.retry_after = retry_after
-
-
-@dataclass(frozen=True)
-class Limits:
-    """A hook's limits: `max_concurrency` 0 means unlimited; `max_queue` 0 means reject at the limit."""
-
-    max_concurrency: int = 0
-    max_queue: int = 0
-    coalesce: bool = False
-    retry_after: int = 5
 
 
 @dataclass

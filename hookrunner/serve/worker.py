@@ -26,11 +26,11 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 
 from hookrunner.config import Config
 from hookrunner.golang.status import status_line
-from hookrunner.hooks.load import Hook
+from hookrunner.hooks.model import Hook
 from hookrunner.ops.log import log
 from hookrunner.ops.watcher import HooksWatcher
 from hookrunner.run.journal import Journal, LeftOver, open_journal
-from hookrunner.serve.app import HEADER_LIST_KEY
+from hookrunner.serve.answers import HEADER_LIST_KEY
 from hookrunner.serve.protocol import (
     ContinueOnRead,
     GoRequest,

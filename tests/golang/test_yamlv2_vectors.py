@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from hookrunner.errors import HooksFileError
-from hookrunner.hooks.load import read_hooks_yaml
+from hookrunner.golang.yaml import read_hooks_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = json.loads((ROOT / "tests" / "data" / "yamlv2" / "vectors.json").read_text())

@@ -13,7 +13,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hookrunner.errors import HooksFileError
-from hookrunner.hooks.load import Hook, load_hooks, parse_hooks
+from hookrunner.hooks.load import load_hooks, parse_hooks
+from hookrunner.hooks.model import Hook
 
 SCALARS = st.none() | st.booleans() | st.integers(-(2**65), 2**65) | st.floats() | st.text(max_size=6)
 ANY_JSON: st.SearchStrategy[Any] = st.recursive(

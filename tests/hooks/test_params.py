@@ -13,7 +13,7 @@ import pytest
 
 from hookrunner.errors import ParameterNodeError, ValueRetrievalError
 from hookrunner.golang.json import JSONNumber, NilMap
-from hookrunner.hooks.load import Argument
+from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.params import (
     NoParametersError,
     ReplacePanicError,

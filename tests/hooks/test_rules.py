@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from hookrunner.errors import HookrunnerError, HooksFileError, ParameterNodeError, RuleError, SignatureError
-from hookrunner.hooks.load import Argument
+from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.request import Request
 from hookrunner.hooks.rules import (
     AndRule,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner.hooks.load import Argument, Hook
+from hookrunner.hooks.argument import Argument
+from hookrunner.hooks.model import Hook
 from hookrunner.hooks.request import Request
 from hookrunner.run.executor import (
     CommandNotFound,
@@ -234,7 +235,7 @@ def test_python_locale_coercion_does_not_leak_into_commands(tmp_path: Path) -> N
 def test_runs_still_queued_when_shutdown_gives_up_start_nothing(tmp_path: Path) -> None:
     # Before the fix a queued run started its command right after shutdown killed the running one, and
     # the exiting server left it behind in its own session.
-    from hookrunner.run.scheduler import Limits
+    from hookrunner.hooks.model import Limits
 
     record = tmp_path / "started"
     script = tmp_path / "slow"

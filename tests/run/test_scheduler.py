@@ -7,7 +7,8 @@ from concurrent.futures import Future
 
 import pytest
 
-from hookrunner.run.scheduler import Busy, Limits, Scheduler
+from hookrunner.hooks.model import Limits
+from hookrunner.run.scheduler import Busy, Scheduler
 
 
 class Gate:

@@ -1,0 +1,292 @@
+"""Go's yaml.v2 reading, as ghodss/yaml hands its tree to encoding/json: the scanner's quirks, yaml.v2's
+scalar resolution, tags, merge keys and !!binary, and mapping keys written as JSON strings."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from hookrunner.errors import HooksFileError
+from hookrunner.golang.decode import go_string, yaml_v2_scalar
+
+
+class YamlV2Loader(yaml.SafeLoader):
+    """YAML as Go's yaml.v2 reads it into interface{}: plain scalars resolved by yaml.v2's rules.
+
+    The pure-Python scanner is used because its escape table can be made yaml.v2's: backslash-quote
+    is a valid escape in a double-quoted string there (Go's `js` function writes it), backslash-slash
+    is not.
+    """
+
+    ESCAPE_REPLACEMENTS = {  # type: ignore[misc]  # a class constant in the stubs, an override here
+        **{k: v for k, v in yaml.SafeLoader.ESCAPE_REPLACEMENTS.items() if k != "/"},
+        "'": "'",
+    }
+
+    def scan_to_next_token(self) -> None:
+        """Skip white space, line breaks and comments up to the next token, as yaml.v2's scanner does.
+
+        yaml.v2 (a port of libyaml) also skips a tab wherever a simple key cannot start: anywhere inside
+        `[...]`/`{...}`, and in block context after other text on the line. PyYAML skips only spaces,
+        so a JSON hooks file indented with tabs (upstream's own test file is one) failed to load.
+        """
+        if self.index == 0:  # the reader and then the scanner of yaml.v2 each drop a leading BOM
+            for _ in range(2):
+                if self.peek() == "\uFEFF":
+                    self.forward()
+        while True:
+            while self.peek() == " " or (
+                self.peek() == "\t" and (self.flow_level or not self.allow_simple_key)
+            ):
+                self.forward()
+            if self.peek() == "#":
+                while self.peek() not in "\0\r\n\x85\u2028\u2029":
+                    self.forward()
+            if not self.scan_line_break():
+                return
+            if not self.flow_level:
+                self.allow_simple_key = True
+
+    def scan_plain_spaces(self, indent: int, start_mark: Any) -> Any:
+        """The white space inside a plain scalar, folded as YAML folds it; tabs count as blanks there in
+        yaml.v2 (`a: b<TAB>c`, a line of tabs after the text), except as indentation inside the block."""
+        breaks_chars = "\r\n\x85\u2028\u2029"
+        length = 0
+        while self.peek(length) in " \t":
+            length += 1
+        run = self.prefix(length)
+        self.forward(length)
+        if self.peek() not in breaks_chars:
+            return [run] if run else []
+        line_break = self.scan_line_break()
+        self.allow_simple_key = True
+        breaks = []
+        while True:
+            at_marker = self.column == 0 and self.prefix(3) in ("---", "...")
+            if at_marker and self.peek(3) in "\0 \t\r\n\x85\u2028\u2029":
+                return None
+            ch = self.peek()
+            if ch == "\t" and self.column < indent:
+                raise yaml.scanner.ScannerError(
+                    "while scanning a plain scalar", start_mark,
+                    "found a tab character that violates indentation", self.get_mark(),
+                )
+            if ch in " \t":
+                self.forward()
+            elif ch in breaks_chars:
+                breaks.append(self.scan_line_break())
+            else:
+                break
+        chunks = [line_break] if line_break != "\n" else ([] if breaks else [" "])
+        return chunks + breaks
+
+    def scan_tag(self) -> Any:
+        # A tab that ends a tag separates like a space in yaml.v2; PyYAML wants a space there, so the tab
+        # is given to it as one (it is white space either way, and not part of any value).
+        end = self.pointer
+        while self.buffer[end] not in "\0 \t\r\n\x85\u2028\u2029":
+            end += 1
+        if self.buffer[end] == "\t":
+            self.buffer = self.buffer[:end] + " " + self.buffer[end + 1 :]
+        return super().scan_tag()
+
+    def scan_block_scalar_indicators(self, start_mark: Any) -> Any:
+        """The chomping (`+`/`-`) and indentation (1-9) indicators after `|` or `>`, in either order; as in
+        yaml.v2, a tab or a `#` may follow them directly."""
+        chomping: bool | None = None
+        increment: int | None = None
+        for _ in range(2):
+            ch = self.peek()
+            if ch in "+-" and chomping is None:
+                chomping = ch == "+"
+            elif ch in "0123456789" and increment is None:
+                if ch == "0":
+                    raise yaml.scanner.ScannerError(
+                        "while scanning a block scalar", start_mark,
+                        "expected indentation indicator in the range 1-9, but found 0", self.get_mark(),
+                    )
+                increment = int(ch)
+            else:
+                break
+            self.forward()
+        if self.peek() not in "\0 \t\r\n\x85\u2028\u2029#":
+            raise yaml.scanner.ScannerError(
+                "while scanning a block scalar", start_mark,
+                f"expected chomping or indentation indicators, but found {self.peek()!r}", self.get_mark(),
+            )
+        return chomping, increment
+
+    def scan_block_scalar_ignored_line(self, start_mark: Any) -> Any:
+        # After `|` or `>` and their indicators, yaml.v2 skips tabs as well as spaces up to the line end.
+        while self.peek() in " \t":
+            self.forward()
+        return super().scan_block_scalar_ignored_line(start_mark)
+
+    def _no_tab_in_indentation(self, start_mark: Any, indent: int | None) -> None:
+        if self.peek() == "\t" and (indent is None or self.column < indent):
+            raise yaml.scanner.ScannerError(
+                "while scanning a block scalar", start_mark,
+                "found a tab character where an indentation space is expected", self.get_mark(),
+            )
+
+    def scan_block_scalar_indentation(self) -> Any:
+        # yaml.v2 refuses a tab where a block scalar's indentation is still being found.
+        result = super().scan_block_scalar_indentation()
+        self._no_tab_in_indentation(self.get_mark(), None)
+        return result
+
+    def scan_block_scalar_breaks(self, indent: int) -> Any:
+        result = super().scan_block_scalar_breaks(indent)
+        self._no_tab_in_indentation(self.get_mark(), indent)
+        return result
+
+    def scan_flow_scalar_non_spaces(self, double: bool, start_mark: Any) -> Any:
+        # yaml.v2 refuses an escape that names a UTF-16 surrogate (`"\ud800"`); PyYAML kept it as text
+        # that cannot be encoded.
+        chunks = super().scan_flow_scalar_non_spaces(double, start_mark)
+        if double and any("\ud800" <= ch <= "\udfff" for chunk in chunks for ch in chunk):
+            raise yaml.scanner.ScannerError(
+                "while parsing a quoted scalar", start_mark,
+                "found invalid Unicode character escape code", self.get_mark(),
+            )
+        return chunks
+
+    def scan_plain(self) -> Any:
+        # The yaml.v2 the reference vendors refuses `:` inside a plain scalar in flow context (`{a:1}`,
+        # `{u: http://x}`), where PyYAML reads it as part of the text.
+        token = super().scan_plain()
+        if self.flow_level and ":" in token.value:
+            raise yaml.scanner.ScannerError(
+                "while scanning a plain scalar", token.start_mark, "found unexpected ':'", token.end_mark
+            )
+        return token
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and implicit[0]:
+            return _MERGE_TAG if value == "<<" else _PLAIN_TAG
+        return super().resolve(kind, value, implicit)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        # yaml.v2 lets a later anchor of the same name replace the earlier one; PyYAML refuses.
+        event = self.peek_event()
+        if not isinstance(event, yaml.AliasEvent) and getattr(event, "anchor", None) in self.anchors:
+            del self.anchors[event.anchor]
+        return super().compose_node(parent, index)
+
+    def get_single_data(self) -> Any:
+        # yaml.v2's Unmarshal reads the first document and ignores the documents that follow it.
+        if not self.check_node():
+            return None
+        node = self.get_node()
+        self.peek_event()  # it does parse the start of the next one: garbage there is an error
+        return self.construct_document(node)
+
+
+_PLAIN_TAG = "tag:hookrunner,2026:yaml-v2-plain"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+YamlV2Loader.add_constructor(_PLAIN_TAG, lambda loader, node: yaml_v2_scalar(node.value))
+
+
+def _binary(loader: YamlV2Loader, node: yaml.ScalarNode) -> str:
+    # yaml.v2 decodes !!binary strictly (no stray white space, exact padding) into a Go string: the bytes
+    # as they are.
+    text = str(loader.construct_scalar(node)).replace("\r", "").replace("\n", "")  # Go skips these
+    try:
+        if len(text) % 4:
+            raise ValueError("padding")
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise yaml.constructor.ConstructorError(
+            None, None, "!!binary value contains invalid base64 data", node.start_mark
+        ) from None
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _unknown_tag(loader: YamlV2Loader, node: yaml.Node) -> Any:
+    # yaml.v2 ignores a tag it does not know: a scalar stays the text it was written as.
+    if isinstance(node, yaml.ScalarNode):
+        return str(node.value)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node)
+    return loader.construct_mapping(node)  # type: ignore[arg-type]
+
+
+_TAG_TYPES: dict[str, Callable[[Any], bool]] = {
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, float),
+    "bool": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+def _tagged_scalar(kind: str) -> Callable[[YamlV2Loader, yaml.Node], Any]:
+    """`!!int '7'` and the like: yaml.v2 resolves the text as it would a plain scalar, and refuses it
+    when that gives another type (`!!float '1'` is an error there, not 1.0)."""
+
+    def construct(loader: YamlV2Loader, node: yaml.Node) -> Any:
+        value = yaml_v2_scalar(str(loader.construct_scalar(node)))  # type: ignore[arg-type]
+        if not _TAG_TYPES[kind](value):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot decode {node.value!r} as a !!{kind}", node.start_mark
+            )
+        return value
+
+    return construct
+
+
+for _kind in _TAG_TYPES:
+    YamlV2Loader.add_constructor(f"tag:yaml.org,2002:{_kind}", _tagged_scalar(_kind))
+YamlV2Loader.add_constructor("tag:yaml.org,2002:binary", _binary)
+YamlV2Loader.add_constructor(None, _unknown_tag)
+
+
+_FLOAT_KEY_NAMES = {"+Inf": ".inf", "-Inf": "-.inf", "NaN": ".nan"}
+
+
+def _key_text(key: Any) -> str:
+    """A mapping key as ghodss/yaml writes it into JSON; the key types it refuses are an error."""
+    unsupported = key is None or isinstance(key, int) and not isinstance(key, bool) and key >= 1 << 63
+    if unsupported or isinstance(key, list | dict):  # yaml.v2 gives nil, uint64, ... there
+        raise HooksFileError(f"error converting YAML to JSON: Unsupported map key: {key!r}")
+    text = go_string(key)
+    return _FLOAT_KEY_NAMES.get(text, text) if isinstance(key, float) else text
+
+
+def _string_keys(value: Any) -> Any:
+    """Mappings with their keys as ghodss/yaml writes them into JSON (`1` -> "1", `yes` -> "true")."""
+    if isinstance(value, dict):
+        return {_key_text(key): _string_keys(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_string_keys(item) for item in value]
+    return value
+
+
+def yaml_tree(text: str) -> Any:
+    """A hooks file's text as ghodss/yaml hands it to encoding/json: yaml.v2's values, keys as strings."""
+    try:
+        return _string_keys(yaml.load(text, Loader=YamlV2Loader))
+    except yaml.YAMLError as exc:
+        raise HooksFileError(f"error converting YAML to JSON: {exc}") from exc
+    except RecursionError:
+        raise HooksFileError("error converting YAML to JSON: nested too deeply") from None
+    except (ValueError, TypeError) as exc:  # a constructor's own complaint (a bad !!binary, say)
+        raise HooksFileError(f"error converting YAML to JSON: {exc}") from exc
+
+
+def decode_hooks_bytes(data: bytes) -> str:
+    """A hooks file's bytes as text: UTF-16 where a BOM says so (yaml.v2 reads it), else UTF-8 as it is."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError:
+            pass  # left to the YAML reader to refuse
+    return data.decode("utf-8", "surrogateescape")
+
+
+def read_hooks_yaml(data: bytes) -> Any:
+    """yaml_tree() of a hooks file's bytes, decoded as read_hooks_text() decodes them."""
+    return yaml_tree(decode_hooks_bytes(data))
