@@ -104,3 +104,7 @@ class UsageError(HookrunnerError):
     def __init__(self, message: str, exit_code: int = 2) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class CommandNotFound(HookrunnerError):
+    """exec.LookPath failed; the text is Go's (`exec: "x": executable file not found in $PATH`)."""

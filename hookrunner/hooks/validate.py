@@ -16,9 +16,10 @@ from typing import Any, TextIO
 
 import yaml
 
-from hookrunner.errors import HooksFileError
+from hookrunner.errors import CommandNotFound, HooksFileError
 from hookrunner.golang.decode import fields, go_string
 from hookrunner.golang.status import is_known_status
+from hookrunner.hooks.command import resolve_command
 from hookrunner.hooks.load import (
     ARGUMENT_FIELDS,
     HOOK_FIELDS,
@@ -41,7 +42,6 @@ from hookrunner.hooks.rules import (
     NotRule,
     OrRule,
 )
-from hookrunner.run.executor import CommandNotFound, resolve_command
 
 #: The parameter sources webhook knows (`query` is an alias of `url`).
 SOURCES = (

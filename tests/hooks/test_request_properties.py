@@ -3,7 +3,6 @@ typed error (hookrunner.errors, or gunicorn's parse errors for the header block)
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 
@@ -19,7 +18,6 @@ from hookrunner.hooks.request import (
     parse_multipart,
     parse_xml_payload,
 )
-from hookrunner.run.executor import go_base64_decode
 from hookrunner.serve.protocol import go_header_block
 
 JSON_VALUES = st.recursive(
@@ -127,16 +125,6 @@ def test_multipart_bodies_parse_or_fail_typed(body: bytes, content_type: str, qu
     except MultipartError:
         return
     assert result is None or isinstance(result, dict)
-
-
-@given(st.binary(max_size=40) | st.binary(max_size=30).map(base64.b64encode))
-@example(b"aGVs\nbG8=")
-def test_base64_decodes_like_python_where_go_finds_no_error(data: bytes) -> None:
-    decoded, error = go_base64_decode(data)
-    if error is None:
-        assert decoded == base64.b64decode(data.replace(b"\r", b"").replace(b"\n", b""), validate=True)
-    else:
-        assert 0 <= error <= len(data) and len(decoded) <= len(data)
 
 
 HEADER_LINES = st.lists(
