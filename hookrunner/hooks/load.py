@@ -19,10 +19,10 @@ from hookrunner.golang.decode import (
     go_int,
     go_string,
     json_kind,
-    parse_go_duration,
     type_error,
     yaml_v2_scalar,
 )
+from hookrunner.golang.time import parse_go_duration
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.scheduler import Limits
