@@ -111,3 +111,7 @@ class UsageError(HookrunnerError):
 
 class ValueRetrievalError(HookrunnerError):
     """A plain (non parameter-node) error from webhook's Argument.Get: a rule sees it as a hard error."""
+
+
+class CommandNotFound(HookrunnerError):
+    """exec.LookPath failed; the text is Go's (`exec: "x": executable file not found in $PATH`)."""

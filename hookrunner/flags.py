@@ -10,22 +10,11 @@ from typing import Any
 
 from hookrunner.config import Config, Header
 from hookrunner.errors import UsageError
-from hookrunner.golang.decode import parse_go_duration
+from hookrunner.golang.flag import INT64_MAX, FlagValueError, parse_go_bool, parse_go_int
 from hookrunner.golang.strconv import quote as go_quote
-from hookrunner.golang.strconv import underscores_ok
+from hookrunner.golang.time import go_duration_text, parse_go_duration
 
 PROGRAM = "hookrunner"
-
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
-
-# Go's strconv.ParseBool accepts exactly these spellings.
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-
-
-class FlagValueError(ValueError):
-    """A value a flag cannot take; the text is what Go appends after `for flag -x: `."""
 
 
 @dataclass(frozen=True)
@@ -287,71 +276,6 @@ def usage_text(program: str = PROGRAM, extensions: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _digits_ok(body: str, base: int) -> bool:
-    allowed = "0123456789abcdef"[:base]
-    return bool(body) and all(ch in allowed for ch in body.lower())
-
-
-def parse_go_int(text: str) -> int:
-    """strconv.ParseInt(text, 0, 64): sign, 0x/0o/0b or leading-0 octal prefixes, Go's underscore rules."""
-    body = text
-    negative = False
-    if body and body[0] in "+-":
-        negative = body[0] == "-"
-        body = body[1:]
-    base = 10
-    if len(body) >= 2 and body[0] == "0" and body[1].lower() in "xob":
-        base = {"x": 16, "o": 8, "b": 2}[body[1].lower()]
-        body = body[2:]
-    elif len(body) >= 1 and body[0] == "0":
-        base = 8
-        body = body[1:] or "0"
-    underscored = "_" in body
-    if underscored and not underscores_ok(text):
-        raise FlagValueError("parse error")
-    body = body.replace("_", "")
-    if not _digits_ok(body, base):
-        raise FlagValueError("parse error")
-    value = int(body, base)
-    value = -value if negative else value
-    if not _INT64_MIN <= value <= _INT64_MAX:
-        raise FlagValueError("value out of range")
-    return value
-
-
-def parse_go_bool(text: str) -> bool:
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise FlagValueError("parse error")
-
-
-def go_duration_text(seconds: float) -> str:
-    """Go's time.Duration.String(): `25s`, `1m30s`, `1h0m0s`, `1.5s`, `250ms`, `0s`."""
-    ns = round(seconds * 1e9)
-    sign = "-" if ns < 0 else ""
-    ns = abs(ns)
-    if ns == 0:
-        return "0s"
-    if ns < 1_000_000_000:
-        for unit, scale in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
-            if ns >= scale:
-                whole, frac = divmod(ns, scale)
-                digits = f"{frac:0{len(str(scale)) - 1}d}".rstrip("0") if scale > 1 else ""
-                return f"{sign}{whole}{'.' + digits if digits else ''}{unit}"
-    whole_seconds, frac = divmod(ns, 1_000_000_000)
-    digits = f"{frac:09d}".rstrip("0")
-    hours, rest = divmod(whole_seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    text = f"{secs}{'.' + digits if digits else ''}s"
-    if hours:
-        return f"{sign}{hours}h{minutes}m{text}"
-    if minutes:
-        return f"{sign}{minutes}m{text}"
-    return sign + text
-
-
 def parse_duration_flag(text: str) -> float:
     """A Go duration (`30s`, `5m`, `1h30m`) as seconds; hookrunner's duration flags are never negative."""
     try:
@@ -383,7 +307,7 @@ def parse_size(text: str) -> int:
         value = int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
     if value < 0:
         raise FlagValueError("must not be negative")
-    if value > _INT64_MAX:
+    if value > INT64_MAX:
         raise FlagValueError("value out of range")
     return value
 

@@ -9,7 +9,7 @@ import pytest
 
 from hookrunner.config import Config, Header
 from hookrunner.errors import UsageError
-from hookrunner.flags import parse_args, parse_go_int, usage_text
+from hookrunner.flags import parse_args, usage_text
 
 ACCEPTED = [
     (["-port", "9001"], {"port": 9001}),
@@ -101,14 +101,6 @@ def test_usage_layout_is_go_flag_printdefaults() -> None:
     assert "  -socket string\n" in text
     # Zero defaults are not shown.
     assert "(default 0)" not in text and '(default "")' not in text
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [("0", 0), ("-0", 0), ("0x_1F", 31), ("0_7", 7), ("-9223372036854775808", -(1 << 63)), ("1_2_3", 123)],
-)
-def test_go_int_syntax(text: str, value: int) -> None:
-    assert parse_go_int(text) == value
 
 
 reference = pytest.mark.skipif(shutil.which("webhook") is None, reason="reference webhook not installed")

@@ -15,9 +15,9 @@ from hookrunner.golang.decode import (
     go_int,
     go_string,
     json_kind,
-    parse_go_duration,
     type_error,
 )
+from hookrunner.golang.time import parse_go_duration
 from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.rules import parse_rule
 

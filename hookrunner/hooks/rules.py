@@ -14,10 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import re2
-
 from hookrunner.errors import HookrunnerError, ParameterNodeError, RuleError, SignatureError
 from hookrunner.golang.decode import fields, go_bool, go_string, type_error
+from hookrunner.golang.net import IPNet, net_contains, parse_cidr, parse_ip
+from hookrunner.golang.regexp import compile_go_regexp, regexp_subject
+from hookrunner.golang.time import parse_scalr_date
 from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.params import argument_value
 from hookrunner.hooks.request import Request
@@ -34,7 +35,6 @@ __all__ = [
     "extract_signatures",
     "go_string",
     "parse_rule",
-    "parse_scalr_date",
 ]
 
 # Match types, as webhook spells them.
@@ -185,11 +185,11 @@ class MatchRule(Rule):
     # when it reaches them, so a bad regex or CIDR is kept as an error to raise at that moment.
     _pattern: Any = field(default=None, init=False, repr=False, compare=False)
     _pattern_error: str | None = field(default=None, init=False, repr=False, compare=False)
-    _networks: tuple[_IPNet | str, ...] = field(default=(), init=False, repr=False, compare=False)
+    _networks: tuple[IPNet | str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.type == MATCH_REGEX:
-            pattern, error = _compile_go_regexp(self.regex)
+            pattern, error = compile_go_regexp(self.regex)
             object.__setattr__(self, "_pattern", pattern)
             object.__setattr__(self, "_pattern_error", error)
         elif self.type == MATCH_IP_WHITELIST:
@@ -215,7 +215,7 @@ class MatchRule(Rule):
         if kind == MATCH_REGEX:
             if self._pattern_error is not None:
                 raise RuleError(self._pattern_error)
-            return self._pattern.search(_regexp_subject(arg)) is not None
+            return self._pattern.search(regexp_subject(arg)) is not None
         if kind in DEPRECATED_TWINS:
             log.output(_DEPRECATED_HASHES[kind])
             kind = DEPRECATED_TWINS[kind]
@@ -295,530 +295,30 @@ def _check_scalr_signature(req: Request, secret: str) -> bool:
     return True
 
 
-# --- Go's time.Parse for the one layout scalr uses: "Mon 02 Jan 2006 15:04:05 MST" ---------------------
-
-SCALR_DATE_LAYOUT = "Mon 02 Jan 2006 15:04:05 MST"
-_SHORT_DAYS = (b"Sun", b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat")
-_SHORT_MONTHS = tuple(m.encode() for m in "Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split())
-# (literal text before the element, the element as the layout spells it)
-_SCALR_CHUNKS = (
-    ("", "Mon"), (" ", "02"), (" ", "Jan"), (" ", "2006"),
-    (" ", "15"), (":", "04"), (":", "05"), (" ", "MST"),
-)
-
-
-class _TimeParseError(Exception):
-    def __init__(self, value_elem: bytes, layout_elem: str = "", message: str = "") -> None:
-        super().__init__(message)
-        self.value_elem = value_elem
-        self.layout_elem = layout_elem
-        self.message = message
-
-
-def _time_quote(raw: bytes) -> str:
-    # time.quote: printable ASCII as is (with " and \ escaped); every other byte as \xNN.
-    out = ['"']
-    for b in raw:
-        if b >= 0x80 or b < 0x20:
-            out.append(f"\\x{b:02x}")
-        elif b in (0x22, 0x5C):
-            out.append("\\" + chr(b))
-        else:
-            out.append(chr(b))
-    out.append('"')
-    return "".join(out)
-
-
-def _is_digit(s: bytes, i: int) -> bool:
-    return i < len(s) and 0x30 <= s[i] <= 0x39
-
-
-def _getnum(s: bytes, fixed: bool) -> tuple[int, bytes]:
-    if not _is_digit(s, 0):
-        raise _TimeParseError(s)
-    if not _is_digit(s, 1):
-        if fixed:
-            raise _TimeParseError(s)
-        return s[0] - 0x30, s[1:]
-    return (s[0] - 0x30) * 10 + s[1] - 0x30, s[2:]
-
-
-def _same_letter(a: int, b: int) -> bool:
-    # time.match: equal bytes, or the same ASCII letter in another case.
-    return a == b or ((a | 0x20) == (b | 0x20) and 0x61 <= (a | 0x20) <= 0x7A)
-
-
-def _lookup(table: tuple[bytes, ...], s: bytes) -> tuple[int, bytes]:
-    for index, name in enumerate(table):
-        if len(s) >= len(name) and all(_same_letter(a, b) for a, b in zip(s, name, strict=False)):
-            return index, s[len(name) :]
-    raise _TimeParseError(s)
-
-
-def _skip(value: bytes, prefix: bytes) -> bytes:
-    # A space in the layout matches one or more spaces in the value.
-    while prefix:
-        if prefix[0] == 0x20:
-            if value and value[0] != 0x20:
-                raise _TimeParseError(value)
-            prefix = prefix.lstrip(b" ")
-            value = value.lstrip(b" ")
-            continue
-        if not value or value[0] != prefix[0]:
-            raise _TimeParseError(value)
-        prefix, value = prefix[1:], value[1:]
-    return value
-
-
-def _signed_offset_len(s: bytes) -> int:
-    if not s or s[:1] not in (b"+", b"-"):
-        return 0
-    digits = len(s[1:]) - len(s[1:].lstrip(b"0123456789"))
-    if digits == 0 or int(s[1 : 1 + digits]) > 23:
-        return 0
-    return 1 + digits
-
-
-def _time_zone_len(s: bytes) -> int:
-    """Go's parseTimeZone: the length of a zone abbreviation at the start of s, 0 if there is none."""
-    if len(s) < 3:
-        return 0
-    if s[:4] in (b"ChST", b"MeST"):
-        return 4
-    if s[:3] == b"GMT":
-        return 3 + _signed_offset_len(s[3:])
-    if s[:1] in (b"+", b"-"):
-        return _signed_offset_len(s)
-    upper = 0
-    while upper < 6 and upper < len(s) and 0x41 <= s[upper] <= 0x5A:
-        upper += 1
-    if upper == 3:
-        return 3
-    if upper == 4 and (s[3] == 0x54 or s[:4] == b"WITA"):
-        return 4
-    if upper == 5 and s[4] == 0x54:
-        return 5
-    return 0
-
-
-def _days_in(month: int, year: int) -> int:
-    if month == 2:
-        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
-    return 30 if month in (4, 6, 9, 11) else 31
-
-
-def _days_from_civil(year: int, month: int, day: int) -> int:
-    # Days since 1970-01-01 in the proleptic Gregorian calendar (Go's year 0 included).
-    year -= month <= 2
-    era = year // 400
-    yoe = year - era * 400
-    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146097 + doe - 719468
-
-
-def _local_zone_offset(name: str) -> int | None:
-    # Go gives a zone abbreviation its offset only when the local zone uses that name.
-    if name == time.tzname[0]:
-        return -time.timezone
-    if time.daylight and name == time.tzname[1]:
-        return -time.altzone
-    return None
-
-
-def parse_scalr_date(text: str) -> float:
-    """Seconds since the epoch of a scalr `Date` header; raises RuleError with Go's time.Parse message."""
-    raw = _go_bytes(text)
-    try:
-        return _parse_scalr_date(raw)
-    except _TimeParseError as exc:
-        head = f"parsing time {_time_quote(raw)}"
-        if exc.message:
-            raise RuleError(head + exc.message) from None
-        raise RuleError(
-            f"{head} as {_time_quote(SCALR_DATE_LAYOUT.encode())}: cannot parse "
-            f"{_time_quote(exc.value_elem)} as {_time_quote(exc.layout_elem.encode())}"
-        ) from None
-
-
-def _parse_scalr_date(value: bytes) -> float:
-    day = month = year = hour = minute = sec = 0
-    nsec = 0
-    zone_name = ""
-    for prefix, elem in _SCALR_CHUNKS:
-        try:
-            value = _skip(value, prefix.encode())
-        except _TimeParseError as exc:
-            exc.layout_elem = prefix
-            raise
-        range_error = ""
-        try:
-            if elem == "Mon":
-                _, value = _lookup(_SHORT_DAYS, value)
-            elif elem == "02":
-                day, value = _getnum(value, True)
-            elif elem == "Jan":
-                index, value = _lookup(_SHORT_MONTHS, value)
-                month = index + 1
-            elif elem == "2006":
-                if len(value) < 4 or not _is_digit(value, 0):
-                    raise _TimeParseError(value)
-                digits, value = value[:4], value[4:]
-                if not digits.isdigit():
-                    raise _TimeParseError(value)
-                year = int(digits)
-            elif elem == "15":
-                hour, value = _getnum(value, False)
-                if hour >= 24:
-                    range_error = "hour"
-            elif elem == "04":
-                minute, value = _getnum(value, True)
-                if minute >= 60:
-                    range_error = "minute"
-            elif elem == "05":
-                error: _TimeParseError | None = None
-                try:
-                    sec, value = _getnum(value, True)
-                except _TimeParseError as exc:
-                    error = exc
-                if sec >= 60:
-                    range_error = "second"
-                elif len(value) >= 2 and value[:1] in (b".", b",") and _is_digit(value, 1):
-                    # Go reads a fraction the layout does not mention, and (a quirk) forgets an error
-                    # from the seconds themselves when it does.
-                    n = 2
-                    while n < len(value) and _is_digit(value, n):
-                        n += 1
-                    frac = value[1 : min(n, 10)]
-                    nsec = int(frac) * 10 ** (9 - len(frac))
-                    value = value[n:]
-                    error = None
-                if error is not None and not range_error:
-                    raise error
-            elif elem == "MST":
-                if value[:3] == b"UTC":
-                    value = value[3:]
-                else:
-                    length = _time_zone_len(value)
-                    if length == 0:
-                        raise _TimeParseError(value)
-                    zone_name, value = value[:length].decode("ascii"), value[length:]
-        except _TimeParseError as exc:
-            exc.layout_elem = elem
-            raise
-        if range_error:
-            raise _TimeParseError(value, elem, f": {range_error} out of range")
-    if value:
-        raise _TimeParseError(value, "", f": extra text: {_time_quote(value)}")
-    if day < 1 or day > _days_in(month, year):
-        raise _TimeParseError(value, "", ": day out of range")
-    seconds = _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + sec
-    if zone_name:
-        # An unknown abbreviation (and GMT+n) leaves the clock reading as UTC, as Go's time.Parse does.
-        offset = _local_zone_offset(zone_name)
-        if offset is not None:
-            seconds -= offset
-    return seconds + nsec / 1e9
-
-
-# --------------------------------------------------------------------------------------------------------
-# Regular expressions: Go's regexp syntax is RE2's, with a few differences in what is rejected and how.
-
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False  # RE2 would otherwise print every bad pattern on stderr
-# RE2's default 8 MiB budget refuses programs Go compiles (`\p{^L}{1000}`); memory is used lazily.
-_RE2_OPTIONS.max_mem = 64 << 20
-
-# RE2's error codes, reworded as Go's regexp/syntax words them.
-_RE2_TO_GO = {
-    "missing )": "missing closing )",
-    "missing ]": "missing closing ]",
-    "bad repetition operator": "invalid nested repetition operator",
-    "no argument for repetition operator": "missing argument to repetition operator",
-    "invalid named capture group": "invalid named capture",
-    "invalid repetition size": "invalid repeat count",
-    "invalid perl operator": "invalid or unsupported Perl syntax",
-    "pattern too large - compile failed": "expression too large",
-}
-
-
-def _go_regexp_error(code: str, expr: str) -> str:
-    return f"error parsing regexp: {code}: `{expr}`"
-
-
-def _go_only_rejection(pattern: str) -> tuple[int, str] | None:
-    """Syntax RE2 accepts but Go 1.19's regexp refuses: `\\C` and named groups written `(?<name>`.
-
-    Returns where the first one starts and Go's error for it.
-    """
-    i, n, in_class = 0, len(pattern), False
-    while i < n:
-        c = pattern[i]
-        if c == "\\" and i + 1 < n:
-            if pattern[i + 1] == "C":
-                return i, _go_regexp_error("invalid escape sequence", "\\C")
-            if pattern[i + 1] == "Q" and not in_class:
-                end = pattern.find("\\E", i + 2)
-                i = n if end < 0 else end + 2
-                continue
-            i += 2
-            continue
-        if in_class:
-            if c == "[" and pattern.startswith("[:", i):
-                end = pattern.find(":]", i + 2)
-                if end >= 0:
-                    i = end + 2
-                    continue
-            if c == "]":
-                in_class = False
-            i += 1
-            continue
-        if c == "[":
-            in_class = True
-            i += 1
-            if i < n and pattern[i] == "^":
-                i += 1
-            if i < n and pattern[i] == "]":
-                i += 1  # a leading ] is a literal
-            continue
-        if pattern.startswith("(?<", i):
-            return i, _go_regexp_error("invalid or unsupported Perl syntax", "(?<")
-        i += 1
-    return None
-
-
-_REPEAT_AT_END = re.compile(r"\{([0-9]+)(,([0-9]*))?\}\??$")
-
-
-def _bad_repeat_count(expr: str) -> str | None:
-    # Go checks a {n,m} count before it checks for a stacked repetition; RE2 does it the other way round.
-    found = _REPEAT_AT_END.search(expr)
-    if found is None:
-        return None
-    low = int(found.group(1))
-    high = low if found.group(2) is None else int(found.group(3)) if found.group(3) else -1
-    if low > 1000 or high > 1000 or (high >= 0 and low > high):
-        return found.group(0).rstrip("?")
-    return None
-
-
-def _re2_error(pattern: str) -> str | None:
-    """RE2's verdict on a pattern, worded as Go's regexp.Compile words it; None when it compiles."""
-    try:
-        re2.compile(pattern, _RE2_OPTIONS)
-    except re2.error as exc:
-        message = exc.args[0] if exc.args else ""
-        if isinstance(message, bytes):
-            message = message.decode("utf-8", "replace")
-        code, _, expr = str(message).partition(": ")
-        if code == "trailing \\":
-            return _go_regexp_error("trailing backslash at end of expression", "")
-        if code == "invalid perl operator" and expr.startswith("(?<"):
-            expr = "(?<"
-        if code == "bad repetition operator":
-            count = _bad_repeat_count(expr)
-            if count is not None:
-                return _go_regexp_error("invalid repeat count", count)
-        if code == "invalid repetition size" and _bad_repeat_count(expr) is not None:
-            expr = expr.rstrip("?")  # Go quotes the count without a non-greedy `?`
-        return _go_regexp_error(_RE2_TO_GO.get(code, code), expr)
-    return None
-
-
-def _compile_go_regexp(pattern: str) -> tuple[Any, str | None]:
-    """The compiled pattern, or None and the error Go's regexp.Compile would report."""
-    if re.search("[\ud800-\udfff]", pattern):
-        return None, _go_regexp_error("invalid UTF-8", "\ufffd")
-    rejection = _go_only_rejection(pattern)
-    if rejection is not None:
-        # Go parses left to right: an error RE2 finds before that point is the one Go reports first
-        # (except an unclosed group or class, which only the cut made unclosed).
-        where, message = rejection
-        earlier = _re2_error(pattern[:where])
-        if earlier is not None and not earlier.startswith("error parsing regexp: missing closing "):
-            # The same error, quoted with the context the whole pattern gives it.
-            return None, _re2_error(pattern) or earlier
-        return None, message
-    error = _re2_error(pattern)
-    if error is not None:
-        return None, error
-    return re2.compile(pattern, _RE2_OPTIONS), None
-
-
-def _regexp_subject(arg: str) -> str:
-    # Go reads a byte that is not UTF-8 as U+FFFD (which `.` matches); RE2 would refuse to match it.
-    return re.sub("[\udc80-\udcff]", "\ufffd", arg)
-
-
 # --------------------------------------------------------------------------------------------------------
 # IP ranges, with Go's net.ParseIP / ParseCIDR / IPNet.Contains semantics on raw bytes
-
-_V4_IN_V6 = bytes(10) + b"\xff\xff"
-_BIG = 0xFFFFFF
-
-
-@dataclass(frozen=True)
-class _IPNet:
-    ip: bytes
-    mask: bytes
-
-
-def _dtoi(s: str) -> tuple[int, int, bool]:
-    n = i = 0
-    while i < len(s) and "0" <= s[i] <= "9":
-        n = n * 10 + ord(s[i]) - 0x30
-        if n >= _BIG:
-            return _BIG, i, False
-        i += 1
-    return (n, i, True) if i else (0, 0, False)
-
-
-def _xtoi(s: str) -> tuple[int, int, bool]:
-    n = i = 0
-    while i < len(s) and s[i] in "0123456789abcdefABCDEF":
-        n = n * 16 + int(s[i], 16)
-        if n >= _BIG:
-            return 0, i, False
-        i += 1
-    return (n, i, True) if i else (0, i, False)
-
-
-def _parse_ipv4(s: str) -> bytes | None:
-    octets = bytearray()
-    for index in range(4):
-        if not s:
-            return None
-        if index > 0:
-            if s[0] != ".":
-                return None
-            s = s[1:]
-        n, consumed, ok = _dtoi(s)
-        if not ok or n > 0xFF or (consumed > 1 and s[0] == "0"):
-            return None
-        s = s[consumed:]
-        octets.append(n)
-    return _V4_IN_V6 + bytes(octets) if not s else None
-
-
-def _parse_ipv6(s: str) -> bytes | None:
-    ip = bytearray(16)
-    ellipsis = -1
-    if s.startswith("::"):
-        ellipsis, s = 0, s[2:]
-        if not s:
-            return bytes(ip)
-    i = 0
-    while i < 16:
-        n, consumed, ok = _xtoi(s)
-        if not ok or n > 0xFFFF:
-            return None
-        if consumed < len(s) and s[consumed] == ".":
-            if (ellipsis < 0 and i != 12) or i + 4 > 16:
-                return None
-            v4 = _parse_ipv4(s)
-            if v4 is None:
-                return None
-            ip[i : i + 4] = v4[12:]
-            s, i = "", i + 4
-            break
-        ip[i], ip[i + 1] = n >> 8, n & 0xFF
-        i += 2
-        s = s[consumed:]
-        if not s:
-            break
-        if s[0] != ":" or len(s) == 1:
-            return None
-        s = s[1:]
-        if s[0] == ":":
-            if ellipsis >= 0:
-                return None
-            ellipsis, s = i, s[1:]
-            if not s:
-                break
-    if s:
-        return None
-    if i < 16:
-        if ellipsis < 0:
-            return None
-        gap = 16 - i
-        ip[ellipsis + gap : 16] = ip[ellipsis:i]
-        ip[ellipsis : ellipsis + gap] = bytes(gap)
-    elif ellipsis >= 0:
-        return None
-    return bytes(ip)
-
-
-def _parse_ip(s: str) -> bytes | None:
-    """Go's net.ParseIP: 16 bytes (IPv4 in its v4-in-v6 form), or None."""
-    for c in s:
-        if c == ".":
-            return _parse_ipv4(s)
-        if c == ":":
-            return _parse_ipv6(s)
-    return None
-
-
-def _to4(ip: bytes) -> bytes | None:
-    if len(ip) == 4:
-        return ip
-    if len(ip) == 16 and ip[:12] == _V4_IN_V6:
-        return ip[12:]
-    return None
-
-
-def _parse_cidr(s: str) -> _IPNet | str:
-    """Go's net.ParseCIDR as an _IPNet, or the text of its error."""
-    error = f"invalid CIDR address: {s}"
-    addr, slash, mask_text = s.partition("/")
-    if not slash:
-        return error
-    bits = 32
-    ip = _parse_ipv4(addr)
-    if ip is None:
-        bits, ip = 128, _parse_ipv6(addr)
-    n, consumed, ok = _dtoi(mask_text)
-    if ip is None or not ok or consumed != len(mask_text) or n > bits:
-        return error
-    mask = ((1 << bits) - 1 ^ ((1 << (bits - n)) - 1)).to_bytes(bits // 8, "big")
-    if bits == 32:
-        ip = ip[12:]
-    return _IPNet(bytes(a & b for a, b in zip(ip, mask, strict=True)), mask)
-
-
-def _net_contains(net: _IPNet, ip: bytes) -> bool:
-    number = _to4(net.ip) or net.ip
-    mask = net.mask
-    if len(mask) == 16 and len(number) == 4:
-        mask = mask[12:]  # an IPv4-mapped IPv6 network is an IPv4 network
-    elif len(mask) == 4 and len(number) != 4:
-        return False
-    ip = _to4(ip) or ip
-    if len(ip) != len(number):
-        return False
-    return all(a & m == b & m for a, b, m in zip(number, ip, mask, strict=True))
-
 
 # Go's strings.Fields splits on Unicode white space.
 _FIELDS = re.compile(r"[\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
 
 
-def _parse_ip_ranges(ip_range: str) -> tuple[_IPNet | str, ...]:
+def _parse_ip_ranges(ip_range: str) -> tuple[IPNet | str, ...]:
     # A bare address means /32, even an IPv6 one (which therefore matches a whole /32 network).
-    return tuple(_parse_cidr(r if "/" in r else r + "/32") for r in _FIELDS.split(ip_range) if r)
+    return tuple(parse_cidr(r if "/" in r else r + "/32") for r in _FIELDS.split(ip_range) if r)
 
 
-def _check_ip_whitelist(remote_addr: str, networks: tuple[_IPNet | str, ...]) -> bool:
+def _check_ip_whitelist(remote_addr: str, networks: tuple[IPNet | str, ...]) -> bool:
     host = remote_addr.strip(" []")
     colon = host.rfind(":")
     if colon != -1:
         host = host[:colon].strip(" []")
-    ip = _parse_ip(host)
+    ip = parse_ip(host)
     if ip is None:
         raise RuleError(f"invalid IP address found in remote address '{remote_addr}'")
     for net in networks:
         if isinstance(net, str):
             raise RuleError(net)
-        if _net_contains(net, ip):
+        if net_contains(net, ip):
             return True
     return False
 

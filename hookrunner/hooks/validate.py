@@ -16,11 +16,12 @@ from typing import Any, TextIO
 
 import yaml
 
-from hookrunner.errors import HooksFileError
+from hookrunner.errors import CommandNotFound, HooksFileError
 from hookrunner.golang.decode import fields, go_string
 from hookrunner.golang.status import is_known_status
 from hookrunner.golang.yaml import YamlV2Loader
 from hookrunner.hooks.argument import Argument
+from hookrunner.hooks.command import resolve_command
 from hookrunner.hooks.load import read_hooks_text
 from hookrunner.hooks.model import ARGUMENT_FIELDS, HOOK_FIELDS, LIMIT_FIELDS, Hook, decode_hook
 from hookrunner.hooks.rules import (
@@ -35,7 +36,6 @@ from hookrunner.hooks.rules import (
     NotRule,
     OrRule,
 )
-from hookrunner.run.executor import CommandNotFound, resolve_command
 
 #: The parameter sources webhook knows (`query` is an alias of `url`).
 SOURCES = (

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import os
-import re
 import signal
-import stat
 import subprocess
 import tempfile
 import threading
@@ -16,9 +13,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from hookrunner.errors import ArgumentError, HookrunnerError
+from hookrunner.errors import ArgumentError, CommandNotFound, HookrunnerError
+from hookrunner.golang.base64 import go_base64_decode
+from hookrunner.golang.exec import go_errno_text
 from hookrunner.golang.strconv import quote as go_quote
 from hookrunner.hooks.argument import Argument
+from hookrunner.hooks.command import resolve_command
 from hookrunner.hooks.model import Hook
 from hookrunner.hooks.params import argument_value
 from hookrunner.hooks.request import Request
@@ -46,10 +46,6 @@ _SIGNAL_TEXT = {
 }
 
 
-class CommandNotFound(HookrunnerError):
-    """exec.LookPath failed; the text is Go's (`exec: "x": executable file not found in $PATH`)."""
-
-
 @dataclass(frozen=True)
 class CommandResult:
     """Combined stdout+stderr and, when the command failed, Go's error text for it."""
@@ -60,12 +56,6 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-def go_errno_text(err: OSError) -> str:
-    """Go's syscall.Errno text: glibc's message with a lower-case first letter."""
-    text = os.strerror(err.errno) if err.errno else str(err)
-    return text[:1].lower() + text[1:]
 
 
 def inherited_environment() -> dict[str, str]:
@@ -80,91 +70,6 @@ def inherited_environment() -> dict[str, str]:
     if coerced and not env.get("LC_ALL") and env.get("LANG", "C") in ("", "C", "POSIX"):
         del env["LC_CTYPE"]
     return env
-
-
-def _check_executable(path: str) -> None:
-    try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise CommandNotFound(f'exec: "{path}": stat {path}: {go_errno_text(exc)}') from exc
-    if stat.S_ISDIR(info.st_mode) or not os.access(path, os.X_OK):
-        raise CommandNotFound(f'exec: "{path}": permission denied')
-
-
-def look_path(command: str) -> str:
-    """Go's exec.LookPath: a name with a slash is checked as it is, any other is searched on PATH."""
-    if "/" in command:
-        _check_executable(command)
-        return command
-    for directory in os.environ.get("PATH", "").split(os.pathsep):
-        candidate = os.path.join(directory or ".", command)
-        try:
-            _check_executable(candidate)
-        except CommandNotFound:
-            continue
-        return candidate
-    raise CommandNotFound(f'exec: "{command}": executable file not found in $PATH')
-
-
-def resolve_command(hook: Hook) -> str:
-    """webhook's rule: absolute as is; else relative to command-working-directory; else from PATH."""
-    command = hook.execute_command
-    if os.path.isabs(command) or not hook.command_working_directory:
-        return look_path(command)
-    return look_path(os.path.join(hook.command_working_directory, command))
-
-
-# Base64 that Go's StdEncoding and Python's decoder read alike: whole quanta, padding only at the end.
-_CLEAN_BASE64 = re.compile(rb"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
-_BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-_BASE64_VALUES = {byte: i for i, byte in enumerate(_BASE64_ALPHABET)}
-
-
-def go_base64_decode(data: bytes) -> tuple[bytes, int | None]:
-    """Go's base64.StdEncoding.DecodeString: \\r and \\n are skipped anywhere; on corrupt input, the bytes of
-    the whole quanta before the error and the offset Go reports (None when there is no error)."""
-    stripped = data.replace(b"\r", b"").replace(b"\n", b"")
-    if _CLEAN_BASE64.fullmatch(stripped):
-        return base64.b64decode(stripped), None
-    out = bytearray()
-    si, end = 0, len(data)
-    while si < end:
-        quantum = [0, 0, 0, 0]
-        size, j, error = 4, 0, None
-        while j < 4:
-            if si == end:
-                if j == 0:
-                    return bytes(out), None
-                return bytes(out), si - j
-            byte = data[si]
-            si += 1
-            if byte in _BASE64_VALUES:
-                quantum[j] = _BASE64_VALUES[byte]
-                j += 1
-                continue
-            if byte in b"\r\n":
-                continue
-            if byte != ord("=") or j < 2:
-                return bytes(out), si - 1
-            if j == 2:  # "==" is expected; line breaks may sit between the two
-                while si < end and data[si] in b"\r\n":
-                    si += 1
-                if si == end:
-                    return bytes(out), end
-                if data[si] != ord("="):
-                    return bytes(out), si - 1
-                si += 1
-            while si < end and data[si] in b"\r\n":
-                si += 1
-            if si < end:
-                error = si  # data after the padding; the padded quantum still counts
-            size = j
-            break
-        value = quantum[0] << 18 | quantum[1] << 12 | quantum[2] << 6 | quantum[3]
-        out += value.to_bytes(3, "big")[: size - 1]
-        if error is not None:
-            return bytes(out), error
-    return bytes(out), None
 
 
 def _decode_base64(text: str) -> bytes:

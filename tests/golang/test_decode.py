@@ -1,9 +1,9 @@
-"""Go-style decoding: ghodss/yaml's scalar-to-string conversion, int and bool fields, Go durations."""
+"""Go-style decoding: ghodss/yaml's scalar-to-string conversion, int and bool fields."""
 
 import pytest
 
 from hookrunner.errors import HooksFileError
-from hookrunner.golang.decode import fields, go_int, go_string, parse_go_duration, yaml_v2_scalar
+from hookrunner.golang.decode import fields, go_int, go_string, yaml_v2_scalar
 
 
 @pytest.mark.parametrize(
@@ -28,20 +28,6 @@ def test_int_fields() -> None:
 def test_fields_match_exactly_then_ignoring_case_in_sorted_order() -> None:
     assert fields({"Name": "a", "name": "b"}, ("name",)) == [("name", "a"), ("name", "b")]
     assert fields({"SOURCE": "x", "other": 1}, ("source", "name")) == [("source", "x")]
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("30s", 30.0), ("1m30s", 90.0), ("1.5h", 5400.0), ("250ms", 0.25), ("0", 0.0), ("2us", 2e-6), ("-1s", -1.0)],
-)
-def test_go_durations(text: str, seconds: float) -> None:
-    assert parse_go_duration(text) == pytest.approx(seconds)
-
-
-@pytest.mark.parametrize(("text", "message"), [("10", "missing unit"), ("x", "invalid duration"), ("", "invalid duration")])
-def test_bad_go_durations(text: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        parse_go_duration(text)
 
 
 # Checked against the reference (Debian's webhook 2.8.0) with each value as an unquoted `string` argument.

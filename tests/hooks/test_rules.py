@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from hookrunner.errors import HookrunnerError, HooksFileError, ParameterNodeError, RuleError, SignatureError
+from hookrunner.golang.time import parse_scalr_date
 from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.request import Request
 from hookrunner.hooks.rules import (
@@ -38,7 +39,6 @@ from hookrunner.hooks.rules import (
     extract_signatures,
     go_string,
     parse_rule,
-    parse_scalr_date,
 )
 from hookrunner.ops.log import log
 
@@ -699,32 +699,6 @@ def test_scalr_date_errors(date: str, message: str) -> None:
     signature = hmac.new(b"s", b"body" + date.encode(), hashlib.sha1).hexdigest()
     ok, err = rule(SCALR).check(make_request(headers={"X-Signature": signature, "Date": date}, body=b"body"))
     assert ok is False and isinstance(err, RuleError) and str(err) == str(info.value)
-
-
-@pytest.mark.parametrize(
-    "date",
-    [
-        # verified: each was accepted as a date (and then reported as outdated).
-        "Fri 08 Sep 2017 11:24:32 UTC",
-        "fri 08 sep 2017 11:24:32 UTC",
-        "Fri  08 Sep 2017 11:24:32 GMT+3",
-        "Fri 08 Sep 2017 1:24:32 EST",
-        "Fri 08 Sep 2017 11:24:32.5 UTC",
-    ],
-)
-def test_scalr_dates_go_accepts(date: str) -> None:
-    assert abs(parse_scalr_date(date) - 1504869872) < 11 * 3600
-
-
-def test_scalr_date_value() -> None:
-    when = 1504869872  # Fri 08 Sep 2017 11:24:32 UTC
-    assert parse_scalr_date("Fri 08 Sep 2017 11:24:32 UTC") == when
-    # An unknown abbreviation (and GMT+n) leaves the clock reading as if it were UTC.
-    assert parse_scalr_date("Fri 08 Sep 2017 11:24:32 XYZ") == when
-    assert parse_scalr_date("Fri 08 Sep 2017 11:24:32 GMT+3") == when
-    assert parse_scalr_date("Mon 29 Feb 2016 00:00:00 UTC") == 1456704000
-    assert parse_scalr_date("Thu 01 Jan 1970 00:00:00 UTC") == 0
-    assert parse_scalr_date("Sat 01 Jan 0000 00:00:00 UTC") == -62167219200  # Go's year 0
 
 
 # --- describe --------------------------------------------------------------------------------------------

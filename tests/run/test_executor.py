@@ -10,16 +10,10 @@ from pathlib import Path
 import pytest
 
 from hookrunner.hooks.argument import Argument
+from hookrunner.hooks.command import resolve_command
 from hookrunner.hooks.model import Hook
 from hookrunner.hooks.request import Request
-from hookrunner.run.executor import (
-    CommandNotFound,
-    CommandRunner,
-    _decode_base64,
-    go_base64_decode,
-    look_path,
-    resolve_command,
-)
+from hookrunner.run.executor import CommandRunner, _decode_base64
 
 
 def request(**payload: object) -> Request:
@@ -126,29 +120,6 @@ def test_argv0_is_execute_command_as_written() -> None:
         pass_arguments=(Argument("string", "-c"), Argument("string", "echo $0")),
     )
     assert CommandRunner().run(hook, request()).output == b"bash\n"
-
-
-def test_bare_name_comes_from_path() -> None:
-    assert look_path("sh") in ("/bin/sh", "/usr/bin/sh")
-
-
-@pytest.mark.parametrize(
-    ("command", "message"),
-    [
-        ("/nonexistent/cmd", 'exec: "/nonexistent/cmd": stat /nonexistent/cmd: no such file or directory'),
-        ("no-such-command-here", 'exec: "no-such-command-here": executable file not found in $PATH'),
-        ("{plain}", 'exec: "{plain}": permission denied'),
-        ("/tmp", 'exec: "/tmp": permission denied'),
-    ],
-)
-def test_lookup_errors_are_worded_as_go(command: str, message: str, tmp_path: Path) -> None:
-    plain = tmp_path / "not-executable"
-    plain.write_text("data")
-    plain.chmod(0o644)
-    command, message = command.format(plain=plain), message.format(plain=plain)
-    with pytest.raises(CommandNotFound) as info:
-        look_path(command)
-    assert str(info.value) == message
 
 
 def test_missing_command_is_a_result_not_an_exception() -> None:
@@ -274,19 +245,3 @@ def test_runs_still_queued_when_shutdown_gives_up_start_nothing(tmp_path: Path) 
 def test_base64_decodes_as_go_std_encoding(text: str, decoded: bytes) -> None:
     assert _decode_base64(text) == decoded
 
-
-@pytest.mark.parametrize(
-    ("data", "offset"),
-    [
-        (b"aGVsbG8=", None),
-        (b"aGVs bG8=", 4),
-        (b"aGVs\nbG8", 5),  # offsets count the skipped line breaks
-        (b"aGVsbG8", 4),  # the start of the unfinished quantum
-        (b"aGU=aGVs", 4),
-        (b"aG=x", 2),  # the first "=" of a padding that is not "=="
-        (b"aG=", 3),
-        (b"=", 0),
-    ],
-)
-def test_base64_errors_are_reported_at_gos_offset(data: bytes, offset: int | None) -> None:
-    assert go_base64_decode(data)[1] == offset

@@ -1,0 +1,38 @@
+"""Go's os/exec.LookPath: where a command is found, and Go's wording when it is not (syscall.Errno texts)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from hookrunner.errors import CommandNotFound
+
+
+def go_errno_text(err: OSError) -> str:
+    """Go's syscall.Errno text: glibc's message with a lower-case first letter."""
+    text = os.strerror(err.errno) if err.errno else str(err)
+    return text[:1].lower() + text[1:]
+
+
+def _check_executable(path: str) -> None:
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise CommandNotFound(f'exec: "{path}": stat {path}: {go_errno_text(exc)}') from exc
+    if stat.S_ISDIR(info.st_mode) or not os.access(path, os.X_OK):
+        raise CommandNotFound(f'exec: "{path}": permission denied')
+
+
+def look_path(command: str) -> str:
+    """Go's exec.LookPath: a name with a slash is checked as it is, any other is searched on PATH."""
+    if "/" in command:
+        _check_executable(command)
+        return command
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = os.path.join(directory or ".", command)
+        try:
+            _check_executable(candidate)
+        except CommandNotFound:
+            continue
+        return candidate
+    raise CommandNotFound(f'exec: "{command}": executable file not found in $PATH')
