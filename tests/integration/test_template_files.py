@@ -27,7 +27,7 @@ from command_under_test import HOOKRUNNER_BIN
 from integration_harness import free_port, stop_process
 
 from hookrunner.errors import TemplateError
-from hookrunner.golang.template import render_hooks_template
+from hookrunner.hooks.template import render_hooks_template
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "gotemplate"
 VECTORS = json.loads((DATA / "vectors.json").read_text(encoding="utf-8"))["vectors"]

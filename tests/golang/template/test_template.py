@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from hookrunner.errors import HooksFileError, TemplateError
-from hookrunner.golang.template import WEBHOOK_FUNCS, Template, render_hooks_template
+from hookrunner.golang.template import Template
+from hookrunner.hooks.template import WEBHOOK_FUNCS, render_hooks_template
 
 VECTORS_FILE = Path(__file__).resolve().parents[2] / "data" / "gotemplate" / "vectors.json"
 DOC = json.loads(VECTORS_FILE.read_text(encoding="utf-8"))

@@ -1,4 +1,5 @@
-"""webhook's own template functions (getenv, cat, credential) and its -template rendering of hooks files."""
+"""-template: a hooks file rendered as webhook renders it, by Go's text/template (golang/template/) with nil
+data and webhook's own functions, getenv, cat and credential."""
 
 from __future__ import annotations
 

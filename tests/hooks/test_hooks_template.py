@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hookrunner.errors import TemplateError
-from hookrunner.golang.template.webhook import render_hooks_template
+from hookrunner.hooks.template import render_hooks_template
 
 
 def test_getenv_reads_the_environment_at_render_time(monkeypatch: pytest.MonkeyPatch) -> None:
