@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -192,11 +193,9 @@ def test_an_unusable_journal_is_logged_and_hooks_are_still_served(tmp_path: Path
 APPEND = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')"
 
 
-@pytest.mark.slow
-def test_a_thousand_accepted_runs_across_three_crashes_all_run(tmp_path: Path, servers: list[Server]) -> None:
-    out, state = tmp_path / "out", tmp_path / "state"
-    hook = {
-        "id": "append",
+def append_hook(hook_id: str, out: Path, **extra: object) -> dict[str, object]:
+    return {
+        "id": hook_id,
         "execute-command": sys.executable,
         "pass-arguments-to-command": [
             {"source": "string", "name": "-c"},
@@ -204,49 +203,82 @@ def test_a_thousand_accepted_runs_across_three_crashes_all_run(tmp_path: Path, s
             {"source": "string", "name": str(out)},
             {"source": "url", "name": "seq"},
         ],
+        **extra,
     }
-    cap = 4
-    server = start(tmp_path, servers, [hook], "-state-dir", str(state), "-max-concurrent-commands", str(cap))
-    accepted: set[int] = set()
-    lock = threading.Lock()
-    numbers = itertools.count()
-    target = 1000
 
-    def send() -> None:
-        while True:
-            with lock:
-                if len(accepted) >= target:
+
+def appended(out: Path) -> Counter[int]:
+    return Counter(int(line) for line in out.read_text().split()) if out.exists() else Counter()
+
+
+class Pushes:
+    """Threads that push `/hooks/<id>?seq=N` (N counting up) until told to stop or `target` were accepted;
+    a push is accepted when it was answered 200, and one whose worker died under it is not."""
+
+    def __init__(self, server: Server, hook_id: str, body: bytes | None = None, target: int | None = None) -> None:
+        self.server, self.hook_id, self.body, self.target = server, hook_id, body, target
+        self.accepted: set[int] = set()
+        self.stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._numbers = itertools.count()
+
+    def _send(self) -> None:
+        while not self.stopped.is_set():
+            with self._lock:
+                if self.target is not None and len(self.accepted) >= self.target:
                     return
-                seq = next(numbers)
-            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+                seq = next(self._numbers)
+            conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=20)
             try:
-                conn.request("POST", f"/hooks/append?seq={seq}")
+                conn.request("POST", f"/hooks/{self.hook_id}?seq={seq}", body=self.body,
+                             headers={"Content-Type": "application/json"} if self.body else {})
                 status = conn.getresponse().status
             except OSError:
                 continue  # the worker died under this request: not accepted
             finally:
                 conn.close()
             if status == 200:
-                with lock:
-                    accepted.add(seq)
+                with self._lock:
+                    self.accepted.add(seq)
 
+    def reach(self, count: int) -> None:
+        assert wait_until(lambda: len(self.accepted) >= count, timeout=60), len(self.accepted)
+
+    def run(self, threads: int, during: Callable[[], None]) -> None:
+        """Push from `threads` threads while `during` runs, then until the target (or stop at once)."""
+        with ThreadPoolExecutor(threads) as pool:
+            senders = [pool.submit(self._send) for _ in range(threads)]
+            try:
+                during()
+            finally:
+                if self.target is None:
+                    self.stopped.set()
+                for sender in senders:
+                    sender.result(timeout=120)
+
+
+@pytest.mark.slow
+def test_a_thousand_accepted_runs_across_three_crashes_all_run(tmp_path: Path, servers: list[Server]) -> None:
+    out, state = tmp_path / "out", tmp_path / "state"
+    cap = 4
+    flags = ("-state-dir", str(state), "-max-concurrent-commands", str(cap))
+    server = start(tmp_path, servers, [append_hook("append", out)], *flags)
+    pushes = Pushes(server, "append", target=1000)
     crashes = 0
-    with ThreadPoolExecutor(8) as pool:
-        senders = [pool.submit(send) for _ in range(8)]
+
+    def crash_three_times() -> None:
+        nonlocal crashes
         for threshold in (250, 500, 750):
-            assert wait_until(lambda t=threshold: len(accepted) >= t, timeout=60)  # type: ignore[misc]
+            pushes.reach(threshold)
             os.kill(server.worker_pid(), signal.SIGKILL)
             crashes += 1
-        for sender in senders:
-            sender.result(timeout=120)
-    assert crashes == 3 and len(accepted) >= target
 
-    def ran() -> Counter[int]:
-        return Counter(int(line) for line in out.read_text().split())
-
-    assert wait_until(lambda: accepted <= set(ran()), timeout=60), sorted(accepted - set(ran()))[:20]
+    pushes.run(8, crash_three_times)
+    accepted = pushes.accepted
+    assert crashes == 3 and len(accepted) >= 1000
+    assert wait_until(lambda: accepted <= set(appended(out)), timeout=60), sorted(accepted - set(appended(out)))[:20]
     assert wait_until(lambda: set(states(state)) == {"finished"}, timeout=30), states(state)
-    counts = ran()
+    counts = appended(out)
     twice = {seq: n for seq, n in counts.items() if n > 1}
     # Only a run in flight when its worker died (at most `cap` per crash) may run again; a finished one never.
     assert len(twice) <= 3 * cap, twice
@@ -278,41 +310,11 @@ def test_kill_9_while_the_journal_is_being_written_loses_no_answered_run(
     """An OOM-like death mid-write: the worker is killed -9 the moment its journal's write-ahead log is
     written to (a 1 MiB file per run makes each write hundreds of pages long), three times under load."""
     out, state = tmp_path / "out", tmp_path / "state"
-    hook = {
-        "id": "big",
-        "execute-command": sys.executable,
-        "pass-arguments-to-command": [
-            {"source": "string", "name": "-c"},
-            {"source": "string", "name": APPEND},
-            {"source": "string", "name": str(out)},
-            {"source": "url", "name": "seq"},
-        ],
+    hook = append_hook("big", out, **{
         "pass-file-to-command": [{"source": "payload", "name": "blob", "envname": "BLOB"}],
-    }
+    })
     server = start(tmp_path, servers, [hook], "-state-dir", str(state), "-max-concurrent-commands", "2")
-    body = json.dumps({"blob": "x" * (1 << 20)}).encode()
-    accepted: set[int] = set()
-    lock = threading.Lock()
-    numbers = itertools.count()
-    stop = threading.Event()
-
-    def send() -> None:
-        while not stop.is_set():
-            with lock:
-                seq = next(numbers)
-            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
-            try:
-                conn.request("POST", f"/hooks/big?seq={seq}", body=body,
-                             headers={"Content-Type": "application/json"})
-                status = conn.getresponse().status
-            except OSError:
-                continue  # its worker died under it: not answered, so not accepted
-            finally:
-                conn.close()
-            if status == 200:
-                with lock:
-                    accepted.add(seq)
-
+    pushes = Pushes(server, "big", body=json.dumps({"blob": "x" * (1 << 20)}).encode())
     wal = state / "journal.sqlite3-wal"
 
     def written_at() -> int:
@@ -322,31 +324,24 @@ def test_kill_9_while_the_journal_is_being_written_loses_no_answered_run(
             return 0
 
     kills = 0
-    with ThreadPoolExecutor(3) as pool:
-        senders = [pool.submit(send) for _ in range(3)]
-        try:
-            for _ in range(3):
-                floor = len(accepted) + 5
-                assert wait_until(lambda f=floor: len(accepted) >= f, timeout=60)  # type: ignore[misc]
-                worker, before = server.worker_pid(), written_at()
-                deadline = time.monotonic() + 10
-                while written_at() == before and time.monotonic() < deadline:
-                    pass  # spin: the kill must land while the write is still going on
-                os.kill(worker, signal.SIGKILL)
-                kills += 1
-                assert wait_until(lambda w=worker: server.worker_pid() != w, timeout=20)  # type: ignore[misc]
-            floor = len(accepted) + 5
-            assert wait_until(lambda f=floor: len(accepted) >= f, timeout=60)  # type: ignore[misc]
-        finally:
-            stop.set()
-            for sender in senders:
-                sender.result(timeout=60)
+
+    def kill_while_writing() -> None:
+        nonlocal kills
+        for _ in range(3):
+            pushes.reach(len(pushes.accepted) + 5)
+            worker, before = server.worker_pid(), written_at()
+            deadline = time.monotonic() + 10
+            while written_at() == before and time.monotonic() < deadline:
+                pass  # spin: the kill must land while the write is still going on
+            os.kill(worker, signal.SIGKILL)
+            kills += 1
+            assert wait_until(lambda w=worker: server.worker_pid() != w, timeout=20)  # type: ignore[misc]
+        pushes.reach(len(pushes.accepted) + 5)
+
+    pushes.run(3, kill_while_writing)
+    accepted = pushes.accepted
     assert kills == 3
-
-    def ran() -> set[int]:
-        return {int(line) for line in out.read_text().split()} if out.exists() else set()
-
-    assert wait_until(lambda: accepted <= ran(), timeout=60), sorted(accepted - ran())
+    assert wait_until(lambda: accepted <= set(appended(out)), timeout=60), sorted(accepted - set(appended(out)))
     assert wait_until(lambda: set(states(state)) == {"finished"}, timeout=30), states(state)
     # The journal was never found torn: no worker had to turn it off.
     assert "serving without a journal" not in server.log, server.log
