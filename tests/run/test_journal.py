@@ -1,4 +1,4 @@
-"""The run journal on its own (hookrunner/journal.py): durable rows, claiming a dead process's runs once,
+"""The run journal on its own (hookrunner/run/journal.py): durable rows, claiming a dead process's runs once,
 pruning, private files, and every fault (corrupt file, newer schema, read-only folder, full disk) turning
 into a logged, counted fallback instead of an exception."""
 
