@@ -4,7 +4,8 @@ process left accepted or running are run again by the next one (docs/operations.
 A SQLite file (standard library) in WAL mode with synchronous=FULL: a run's row is on disk before its
 request is answered. Each row is a run ready to start again: hook id, request id, argv, the hook's
 environment variables, the contents of its files and its working directory. Rows go accepted -> running ->
-finished; finished rows are pruned to the newest `keep`.
+finished; a finished row keeps only its ids, times and exit status (the spec, which holds the payload's
+secrets, is dropped and its bytes zeroed), and finished rows are pruned to the newest `keep`.
 
 Each row names its owner: the serving process that accepted it (a boot id shared by all the workers of one
 start, and the worker's pid). A worker claims, once at start and atomically, the unfinished rows whose owner
@@ -161,6 +162,7 @@ class Journal:
             if str(mode).lower() != "wal":
                 raise JournalError(f"{self.path}: cannot use write-ahead logging (journal_mode {mode})")
             self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA secure_delete=ON")
             self._db.executescript(_SCHEMA)
             if version < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -230,8 +232,10 @@ class Journal:
             return
 
         def update() -> None:
+            # A finished run is never started again: its spec (argv, variables, files: the payload's
+            # secrets) is dropped, and secure_delete zeroes the bytes it took.
             self._db.executemany(
-                "UPDATE runs SET state = ?, exit_status = ? WHERE id = ?",
+                "UPDATE runs SET state = ?, exit_status = ?, spec = '' WHERE id = ?",
                 [(FINISHED, exit_status, run_id) for run_id in run_ids],
             )
 
@@ -280,7 +284,7 @@ class Journal:
                     except (ValueError, KeyError, TypeError):
                         log.output(f"run journal: run {run_id} of hook {hook} cannot be read; not replayed")
                         self._db.execute(
-                            "UPDATE runs SET state = ?, exit_status = ? WHERE id = ?",
+                            "UPDATE runs SET state = ?, exit_status = ?, spec = '' WHERE id = ?",
                             (FINISHED, "unreadable", run_id),
                         )
                         continue

@@ -4,6 +4,7 @@ into a logged, counted fallback instead of an exception."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import resource
@@ -131,6 +132,43 @@ def test_finished_runs_are_not_replayed_and_are_pruned_to_keep(tmp_path: Path, l
     again = Journal(str(tmp_path), "boot-2", keep=5)
     assert [x.run_id for x in again.claim_left_overs()] == ids[10:]
     again.close()
+
+
+def finish_bulky_runs(state: Path, secure_delete: bool) -> tuple[int, int]:
+    """Five runs of a few hundred bytes finished at once, then one finished and one still waiting."""
+    journal = Journal(str(state), "boot")
+    if not secure_delete:  # as SQLite builds without SQLITE_SECURE_DELETE have it, unless the journal asks
+        journal._db.execute("PRAGMA secure_delete=OFF")
+    bulky = [
+        dataclasses.replace(spec(n), argv=("/bin/deploy", SECRET * n), files=(("F", SECRET.encode() * 50),))
+        for n in range(3, 8)
+    ]
+    journal.finished([journal.record(run) or 0 for run in bulky], "exit status 0")
+    done, waiting = journal.record(spec(1)), journal.record(spec(2, hook="later"))
+    assert done is not None and waiting is not None
+    journal.finished([done], "exit status 0")
+    journal.close()
+    return done, waiting
+
+
+def test_a_finished_run_keeps_no_secret_on_disk(tmp_path: Path) -> None:
+    done, waiting = finish_bulky_runs(tmp_path, secure_delete=True)
+    db = sqlite3.connect(tmp_path / FILE_NAME)
+    try:
+        rows = dict(db.execute("SELECT id, spec FROM runs").fetchall())
+        assert rows[done] == "" and SECRET in rows[waiting]  # the unfinished one still has what it needs
+        journal = Journal(str(tmp_path), "boot-2")
+        assert [run.run_id for run in journal.claim_left_overs()] == [waiting]
+        journal.finished([waiting], "exit status 0")
+        journal.close()
+    finally:
+        db.close()  # the last connection: SQLite checkpoints the write-ahead log into the file
+    assert not (tmp_path / (FILE_NAME + "-wal")).exists()
+    assert SECRET.encode() not in (tmp_path / FILE_NAME).read_bytes()
+    # The control: with SQLite's secure_delete off, the dropped specs' bytes stay in the file's free space.
+    control = tmp_path / "control"
+    finish_bulky_runs(control, secure_delete=False)
+    assert SECRET.encode() in (control / FILE_NAME).read_bytes()
 
 
 def test_folder_and_files_are_private(tmp_path: Path) -> None:
