@@ -288,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     import hookrunner.serve.app
     import hookrunner.serve.arbiter  # noqa: F401
 
+    if config.template:
+        import hookrunner.hooks.template  # noqa: F401
+
     # Problems found before logging is set up are queued, as webhook does, so they reach -logfile.
     problems: list[str] = []
     listener: Listener | None = None

@@ -10,7 +10,6 @@ from hookrunner.errors import DuplicateHookError, HooksFileError
 from hookrunner.golang.decode import json_kind
 from hookrunner.golang.yaml import decode_hooks_bytes, yaml_tree
 from hookrunner.hooks.model import Hook, decode_hook
-from hookrunner.hooks.template import render_hooks_template
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 
@@ -39,6 +38,9 @@ def read_hooks_text(path: str, as_template: bool = False) -> str:
     except OSError as exc:
         raise HooksFileError(f"open {path}: {(exc.strerror or str(exc)).lower()}") from exc
     if as_template:
+        # Loaded only for -template (it costs start-up time); cli.py preloads it before -setuid then.
+        from hookrunner.hooks.template import render_hooks_template
+
         text = render_hooks_template(text)
     return text
 
