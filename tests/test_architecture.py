@@ -7,6 +7,7 @@ hidden in a function is still a circle a reader has to untangle)."""
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -37,6 +38,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache
 def modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
@@ -69,6 +71,7 @@ def imported_modules(name: str, path: Path, known: Iterable[str]) -> set[str]:
     return {target for target in found if target in known and target != name}
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
     found = modules()
     return {name: imported_modules(name, path, found) for name, path in found.items()}

@@ -61,6 +61,10 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_state ON runs (state, id);
 """
 
+#: A finished run is never started again: its spec (argv, variables, files: the payload's secrets) is
+#: dropped, and secure_delete (set at open) zeroes the bytes it took.
+_FINISH = "UPDATE runs SET state = ?, exit_status = ?, spec = '' WHERE id = ?"
+
 
 class JournalError(Exception):
     """The journal cannot be used; the text says why, for the log."""
@@ -232,10 +236,8 @@ class Journal:
             return
 
         def update() -> None:
-            # A finished run is never started again: its spec (argv, variables, files: the payload's
-            # secrets) is dropped, and secure_delete zeroes the bytes it took.
             self._db.executemany(
-                "UPDATE runs SET state = ?, exit_status = ?, spec = '' WHERE id = ?",
+                _FINISH,
                 [(FINISHED, exit_status, run_id) for run_id in run_ids],
             )
 
@@ -283,10 +285,7 @@ class Journal:
                         left = LeftOver(run_id, accepted_at, RunSpec.from_json(hook, request_id, spec))
                     except (ValueError, KeyError, TypeError):
                         log.output(f"run journal: run {run_id} of hook {hook} cannot be read; not replayed")
-                        self._db.execute(
-                            "UPDATE runs SET state = ?, exit_status = ?, spec = '' WHERE id = ?",
-                            (FINISHED, "unreadable", run_id),
-                        )
+                        self._db.execute(_FINISH, (FINISHED, "unreadable", run_id))
                         continue
                     self._db.execute(
                         "UPDATE runs SET state = ?, owner = ? WHERE id = ?", (ACCEPTED, me, run_id)

@@ -21,6 +21,19 @@ ETC = REPO_ROOT / "etc"
 RELOAD_SH = ETC / "reload.sh"
 
 
+def deployment_args() -> list[str]:
+    """The hookrunner container's arguments, as k8s/deployment.yaml gives them."""
+    deployment = yaml.safe_load((REPO_ROOT / "k8s" / "deployment.yaml").read_text(encoding="utf-8"))
+    [box] = deployment["spec"]["template"]["spec"]["containers"]
+    return [str(arg) for arg in box["args"]]
+
+
+def state_dir(args: list[str]) -> str:
+    """The run journal's folder that these arguments name (-state-dir=DIR)."""
+    [found] = [arg.split("=", 1)[1] for arg in args if arg.startswith("-state-dir=")]
+    return found
+
+
 def served_repository() -> str:
     """The repository the hook's rule serves; the tests follow it, so changing it everywhere keeps them green."""
     hooks = yaml.safe_load((ETC / "hooks.yaml").read_text(encoding="utf-8"))

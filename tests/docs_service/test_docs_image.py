@@ -14,6 +14,7 @@ it) turns that into a failure.
 from __future__ import annotations
 
 import os
+import posixpath
 import resource
 import shutil
 import socket
@@ -26,14 +27,15 @@ from pathlib import Path
 
 import pytest
 import requests
-import yaml
 from docs_support import (
     ETC,
     REPO_ROOT,
     SERVED_REPOSITORY,
     Standin,
+    deployment_args,
     make_sample_repo,
     start_standin,
+    state_dir,
     stop,
     wait_for,
 )
@@ -61,14 +63,7 @@ NOFILE = _hard_limit(resource.RLIMIT_NOFILE, 1 << 20)
 PODMAN_ARGV = [PODMAN or "podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 GRACE = 30  # the pod's default terminationGracePeriodSeconds
-STATE_VOLUME = "/var/lib/hookrunner"  # the Deployment's `state` emptyDir
-
-
-def deployment_args() -> list[str]:
-    """The container's arguments, as k8s/deployment.yaml gives them."""
-    deployment = yaml.safe_load((REPO_ROOT / "k8s" / "deployment.yaml").read_text(encoding="utf-8"))
-    [box] = deployment["spec"]["template"]["spec"]["containers"]
-    return [str(arg) for arg in box["args"]]
+STATE_VOLUME = posixpath.dirname(state_dir(deployment_args()))  # the Deployment's `state` emptyDir
 
 
 def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -213,9 +208,9 @@ def test_a_dev_push_builds_the_dev_site(pod: Pod) -> None:
     assert (pod.standin.site_root / "dev" / "index.html").is_file()
     assert "in namespace dev (HTTP 201)" in pod.logs()
     # The run went through the journal: its folder is private, its file there, and it never turned off.
-    [state_dir] = [arg.split("=", 1)[1] for arg in deployment_args() if arg.startswith("-state-dir=")]
-    listing = podman("exec", pod.name, "stat", "-c", "%a %n", state_dir, f"{state_dir}/journal.sqlite3").stdout
-    assert listing.split() == ["700", state_dir, "600", f"{state_dir}/journal.sqlite3"]
+    journal = state_dir(deployment_args())
+    listing = podman("exec", pod.name, "stat", "-c", "%a %n", journal, f"{journal}/journal.sqlite3").stdout
+    assert listing.split() == ["700", journal, "600", f"{journal}/journal.sqlite3"]
     assert "serving without a journal" not in pod.logs()
 
 

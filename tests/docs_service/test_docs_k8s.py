@@ -10,7 +10,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from docs_support import ETC, REPO_ROOT
+from docs_support import ETC, REPO_ROOT, state_dir
 
 K8S = REPO_ROOT / "k8s"
 # Kinds served by CRDs (cert-manager, Traefik): no schema in kubernetes-validate, so checked field by field.
@@ -125,11 +125,11 @@ def test_deployment_is_production_ready() -> None:
 def test_the_run_journal_is_on_an_empty_dir_inside_the_mount() -> None:
     pod = find("Deployment", "webhook-docs")["spec"]["template"]["spec"]
     [box] = pod["containers"]
-    [state_dir] = [arg.split("=", 1)[1] for arg in box["args"] if arg.startswith("-state-dir=")]
+    journal = state_dir(box["args"])
     volumes = {v["name"]: v for v in pod["volumes"]}
-    [mount] = [m for m in box["volumeMounts"] if state_dir.startswith(m["mountPath"] + "/")]
+    [mount] = [m for m in box["volumeMounts"] if journal.startswith(m["mountPath"] + "/")]
     # A folder inside the volume, so hookrunner creates it private (an emptyDir's root is world-writable).
-    assert state_dir != mount["mountPath"]
+    assert journal != mount["mountPath"]
     assert "emptyDir" in volumes[mount["name"]] and not mount.get("readOnly")
 
 

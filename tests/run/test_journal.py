@@ -295,22 +295,17 @@ def mtime():
         return os.stat(wal).st_mtime_ns
     except FileNotFoundError:
         return 0
-def watch():
-    while True:
-        in_write.wait()
-        before = armed[0]
-        while in_write.is_set():
-            if mtime() != before:
-                os.kill(os.getpid(), signal.SIGKILL)
-armed = [0]
+def watch(before):
+    while in_write.is_set():
+        if mtime() != before:
+            os.kill(os.getpid(), signal.SIGKILL)
 blob = os.urandom(1 << 20)
 for n in range(first, first + 1000):
     spec = RunSpec("big", f"req-{n}", "/bin/true", ("/bin/true", str(n)), (("N", str(n)),),
                    (("HOOK_BLOB", blob),), "/")
     if n - first == kill_after:
-        armed[0] = mtime()
-        threading.Thread(target=watch, daemon=True).start()
         in_write.set()
+        threading.Thread(target=watch, args=(mtime(),), daemon=True).start()
     journal.record(spec)
     in_write.clear()
     print(n, flush=True)
