@@ -1,0 +1,128 @@
+"""How the run history's events get from the worker processes to the admin listener's process: one private
+Unix socket (in a 0700 folder the master makes), a connection per worker, length-prefixed JSON messages
+after a challenge on a random key (multiprocessing.connection). A worker never waits for the admin
+listener: its events go through a bounded queue on a thread of its own, and are dropped (counted, logged
+once) when the listener cannot keep up or is gone."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from multiprocessing.connection import Client, Connection, Listener
+from typing import Any
+
+from hookrunner.ops.log import log
+from hookrunner.run.history import Event
+
+#: Events waiting to be sent from one worker; past this they are dropped.
+QUEUE_SIZE = 10000
+
+
+class FeedClient:
+    """A worker's side: `send` never blocks; a thread sends the events in order."""
+
+    def __init__(self, address: str, authkey: bytes) -> None:
+        self._address = address
+        self._authkey = authkey
+        self._queue: queue.Queue[Event | None] = queue.Queue(QUEUE_SIZE)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.dropped = 0
+
+    def send(self, event: Event) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="history-feed", daemon=True)
+                self._thread.start()
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self._dropped()
+
+    def _dropped(self) -> None:
+        self.dropped += 1
+        if self.dropped == 1:
+            log.output("run history: the admin listener does not keep up; dropping run events")
+
+    def _serve(self) -> None:
+        connection: Connection | None = None
+        while True:
+            event = self._queue.get()
+            try:
+                if event is None:
+                    return
+                data = json.dumps(event, ensure_ascii=True).encode("ascii")
+                if connection is None:
+                    connection = Client(self._address, family="AF_UNIX", authkey=self._authkey)
+                connection.send_bytes(data)
+            except (OSError, EOFError, ValueError) as exc:
+                if connection is not None:
+                    connection.close()
+                    connection = None
+                self._dropped()
+                if self.dropped == 1:
+                    log.output(f"run history: cannot reach the admin listener: {exc}")
+            finally:
+                self._queue.task_done()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the queued events to be sent; returns whether they were."""
+        done = threading.Event()
+
+        def wait() -> None:
+            self._queue.join()
+            done.set()
+
+        if self._thread is None:
+            return True
+        threading.Thread(target=wait, daemon=True).start()
+        return done.wait(timeout)
+
+
+class FeedServer:
+    """The admin listener's side: accepts the workers' connections and hands each event to `apply`."""
+
+    def __init__(self, address: str, authkey: bytes, apply: Any) -> None:
+        self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        self._apply = apply
+
+    @property
+    def address(self) -> str:
+        return str(self._listener.address)
+
+    def start(self) -> None:
+        threading.Thread(target=self._accept, name="history-feed-accept", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection = self._listener.accept()
+            except OSError:
+                return  # closed
+            except Exception:  # noqa: BLE001 - a peer that fails the challenge is simply not served
+                continue
+            threading.Thread(
+                target=self._receive, args=(connection,), name="history-feed", daemon=True
+            ).start()
+
+    def _receive(self, connection: Connection) -> None:
+        with connection:
+            while True:
+                try:
+                    data = connection.recv_bytes()
+                except (EOFError, OSError):
+                    return
+                try:
+                    event = json.loads(data)
+                except ValueError:
+                    continue
+                if not isinstance(event, dict):
+                    continue
+                try:
+                    self._apply(event)
+                except Exception as exc:  # noqa: BLE001 - one bad event must not stop the feed
+                    log.output(f"run history: cannot record an event: {exc}")
+
+    def close(self) -> None:
+        self._listener.close()
