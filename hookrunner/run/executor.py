@@ -215,8 +215,6 @@ class CommandRunner:
             spec = left.spec
             hook = find(spec.hook_id)
             history = self.history
-            if history is not None:
-                history.replaying(spec.request_id, spec.hook_id, left.accepted_at)
             ticket = history.ticket(spec.request_id, spec.hook_id) if history is not None else None
             if hook is None:
                 log.output(f"not replaying run {left.run_id} of hook {spec.hook_id}: no such hook any more")
@@ -229,6 +227,8 @@ class CommandRunner:
                 _refused(ticket, "not replayed: replay is false")
                 continue
             log.output(f"replaying run {left.run_id} of hook {hook.id}, accepted at {_utc(left.accepted_at)}")
+            if history is not None:
+                history.replaying(spec.request_id, spec.hook_id, left.accepted_at)
             metrics.record_journal("replayed")
             run_id = left.run_id
             future, how = self._scheduler.submit(

@@ -190,7 +190,8 @@ class Recorder:
 
     def replaying(self, run_id: str, hook_id: str, accepted_at: float) -> None:
         """A run a stopped hookrunner left unfinished is run again: its earlier record says so."""
-        self.sink({"event": "replaying", "id": run_id, "hook": hook_id, "accepted_at": accepted_at})
+        event = {"event": "replaying", "id": run_id, "hook": hook_id, "accepted_at": accepted_at}
+        self.sink({**event, "pid": os.getpid()})
 
     def cancel_open(self, reason: str) -> int:
         """The process is stopping without these runs: each record ends cancelled; returns how many."""

@@ -177,11 +177,14 @@ class HistoryStore:
             )
 
     def _apply_replaying(self, event: Event) -> None:
+        # The earlier record of a run replayed now: one of an earlier start, or of a worker that died (its
+        # replacement replays it), never the replay's own record.
         with self._lock:
             row = self._db.execute(
-                "SELECT seq, detail FROM history WHERE id = ? AND hook = ? AND boot != ? "
+                "SELECT seq, detail FROM history WHERE id = ? AND hook = ? AND (boot != ? OR pid IS NOT ?) "
                 "AND outcome IN (?, ?, ?) ORDER BY seq DESC LIMIT 1",
-                (event.get("id", ""), event.get("hook", ""), self.boot, PENDING, RUNNING, CANCELLED),
+                (event.get("id", ""), event.get("hook", ""), self.boot, event.get("pid"), PENDING, RUNNING,
+                 CANCELLED),
             ).fetchone()
             if row is None:
                 return
