@@ -38,7 +38,8 @@ def all_hooks(gate: Path) -> list[dict[str, object]]:
         python_hook("killed", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"),
         python_hook("slow", "import time; time.sleep(30)", **{"command-timeout": "500ms"}),
         python_hook("hostile", "import sys; sys.stdout.buffer.write("
-                    "b'<script>alert(1)</script>\\x1b[31mred\\x1b[0m \\xff\\xfe end\\n')"),
+                    "b'<script>alert(1)</script>\\x1b[31mred\\x1b[0m \\xff\\xfe end\\n'"
+                    "b\"<script>document.title='pwned'</script><img src=x onerror=\\\"document.title='pwned'\\\">\\n\")"),
         python_hook("big", "import sys; sys.stdout.buffer.write(b'<i>' * 3500000 + b'LAST')"),
         gated_hook("queue", gate, **{"max-concurrency": 1, "max-queue": 1}),
         gated_hook("merge", gate, **{"max-concurrency": 1, "coalesce": True}),
