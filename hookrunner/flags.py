@@ -61,6 +61,13 @@ class Flag:
 
 FLAGS: tuple[Flag, ...] = (
     Flag(
+        "access-log",
+        "bool",
+        "log one line per request (status, size, time, host, method, URI), even without -verbose",
+        "access_log",
+        extension=True,
+    ),
+    Flag(
         "admin-addr",
         "string",
         "HOST:PORT of the admin listener (run history, its JSON API and status page; docs/history.md), "
@@ -83,13 +90,6 @@ FLAGS: tuple[Flag, ...] = (
         "file holding the token every admin request must send as Authorization: Bearer <token>",
         "admin_token_file",
         "",
-        extension=True,
-    ),
-    Flag(
-        "access-log",
-        "bool",
-        "log one line per request (status, size, time, host, method, URI), even without -verbose",
-        "access_log",
         extension=True,
     ),
     Flag("cert", "string", "path to the HTTPS certificate pem file", "cert", "cert.pem"),

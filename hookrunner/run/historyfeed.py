@@ -86,6 +86,7 @@ class FeedServer:
     def __init__(self, address: str, authkey: bytes, apply: Any) -> None:
         self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
         self._apply = apply
+        self.failures = 0
 
     @property
     def address(self) -> str:
@@ -122,7 +123,9 @@ class FeedServer:
                 try:
                     self._apply(event)
                 except Exception as exc:  # noqa: BLE001 - one bad event must not stop the feed
-                    log.output(f"run history: cannot record an event: {exc}")
+                    self.failures += 1
+                    if self.failures == 1:  # once: a full disk would otherwise log every event
+                        log.output(f"run history: cannot record an event: {exc}")
 
     def close(self) -> None:
         self._listener.close()

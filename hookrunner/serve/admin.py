@@ -129,7 +129,8 @@ def create_admin_app(store: HistoryStore, token: bytes | None, config: Config) -
         following = runs[-1]["seq"] if len(runs) == query["limit"] else None
         return jsonify({"runs": [api_record(run) for run in runs], "next_before": following})
 
-    @app.get("/api/v1/runs/<run_id>")
+    # An id from X-Request-Id may hold a slash.
+    @app.get("/api/v1/runs/<path:run_id>")
     def api_run(run_id: str) -> Response:
         record = store.run(run_id)
         if record is None:
@@ -178,7 +179,7 @@ def create_admin_app(store: HistoryStore, token: bytes | None, config: Config) -
         hooks = sorted({hook["id"] for hook in store.hooks()})
         return render_template("runs.html", runs=runs, query=query, older=older, hook_ids=hooks)
 
-    @app.get("/runs/<run_id>")
+    @app.get("/runs/<path:run_id>")
     def run_page(run_id: str) -> str:
         record = store.run(run_id)
         if record is None:

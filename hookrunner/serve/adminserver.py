@@ -16,6 +16,7 @@ import secrets
 import shutil
 import signal
 import socket
+import sqlite3
 import sys
 import tempfile
 import threading
@@ -183,6 +184,17 @@ def start_admin(config: Config, admin: AdminListener, close_fds: tuple[int, ...]
     return process
 
 
+def open_store(config: Config) -> HistoryStore:
+    """The history's store: in the journal's file with -state-dir, else (or when that file cannot be used,
+    logged) in memory; the hooks are served either way."""
+    if config.state_dir:
+        try:
+            return HistoryStore.for_state_dir(config.state_dir, config.state_keep, config.state_keep_age)
+        except (OSError, sqlite3.Error) as exc:
+            log.output(f"run history: cannot use {config.state_dir}: {exc}; keeping the history in memory")
+    return HistoryStore("", config.state_keep, config.state_keep_age)
+
+
 def _serve_admin(
     config: Config, admin: AdminListener, feed_address: str, feed_key: bytes, ready: int, parent: int
 ) -> None:
@@ -193,10 +205,7 @@ def _serve_admin(
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     from hookrunner.serve.admin import create_admin_app
 
-    if config.state_dir:
-        store = HistoryStore.for_state_dir(config.state_dir, config.state_keep, config.state_keep_age)
-    else:
-        store = HistoryStore("", config.state_keep, config.state_keep_age)
+    store = open_store(config)
     feed = FeedServer(feed_address, feed_key, store.apply)
     feed.start()
     app = create_admin_app(store, admin.token, config)

@@ -228,10 +228,14 @@ def serve(
     admin_process: AdminProcess | None = None
     if admin is not None:
         # Before gunicorn forks any worker: the workers send their runs to this one process.
-        from hookrunner.serve.adminserver import start_admin
+        from hookrunner.serve.adminserver import AdminSetupError, start_admin
 
         held = (fd,) if ctx.state_lock is None else (fd, ctx.state_lock)
-        admin_process = start_admin(config, admin, held)
+        try:
+            admin_process = start_admin(config, admin, held)
+        except AdminSetupError as err:
+            log.output(f"error setting up the admin listener: {err}")
+            raise SystemExit(1) from None
         ctx.history_feed, ctx.history_key = admin_process.feed_address, admin_process.feed_key
     try:
         app.run()

@@ -154,3 +154,11 @@ def test_the_token_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch)
     client = create_admin_app(make_store(), b"tok", Config()).test_client()
     assert client.get("/api/v1/runs", headers={"Authorization": "Bearer tok"}).status_code == 200
     assert seen == [(b"tok", b"tok")]
+
+
+def test_a_run_id_with_a_slash() -> None:
+    store = HistoryStore()
+    store.apply({"event": "run", "key": "k", "id": "deploy/42", "hook": "h", "outcome": "ok"})
+    client = create_admin_app(store, None, Config()).test_client()
+    assert client.get("/api/v1/runs/deploy/42").json["id"] == "deploy/42"  # type: ignore[index]
+    assert client.get("/runs/deploy/42").status_code == 200

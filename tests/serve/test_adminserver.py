@@ -81,3 +81,14 @@ def test_token_file_problems(tmp_path: Path) -> None:
     empty.write_text(" \n")
     with pytest.raises(AdminSetupError, match="is empty"):
         read_token(str(empty))
+
+
+def test_a_state_dir_that_cannot_hold_the_history_falls_back_to_memory(tmp_path: Path) -> None:
+    from hookrunner.serve.adminserver import open_store
+
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    store = open_store(Config(state_dir=str(blocked)))
+    assert store.path == ""
+    usable = open_store(Config(state_dir=str(tmp_path / "state")))
+    assert usable.path == str(tmp_path / "state" / "journal.sqlite3")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,12 @@ def test_across_a_restart_with_state_dir(tmp_path: Path, servers: list[Server]) 
     assert trigger(server, "queue", "cut-1") == 200  # running when the stop's grace runs out
     settle(admin, {"cut-1": ("immediate", "running")})
     assert server.stop() == 0
+    # The stop gave up on it: its record says so, in the journal's file, before the next start.
+    db = sqlite3.connect(state / "journal.sqlite3")
+    try:
+        assert db.execute("SELECT outcome FROM history WHERE id = 'cut-1'").fetchall() == [("cancelled",)]
+    finally:
+        db.close()
     gate.touch()  # the replay of cut-1 finishes
     again, admin = start(tmp_path, servers, all_hooks(gate), *flags)
     settle(admin, {"cut-1": ("replayed", "ok"), "ok-1": ("immediate", "ok"), "queue-3": ("refused", "refused")})

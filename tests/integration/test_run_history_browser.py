@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_history import Admin, all_hooks, start, trigger
+from test_run_history import Admin, all_hooks, start, trigger
 from test_serving import Server, python_hook
 
 CHROMIUM = Path(os.environ.get("HOOKRUNNER_CHROMIUM", "/usr/bin/chromium"))
