@@ -8,7 +8,6 @@ import http.client
 import json
 import os
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +19,12 @@ GATE_WAIT = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.s
 
 
 def gated_hook(hook_id: str, gate: Path, **extra: object) -> dict[str, object]:
-    return {
-        "id": hook_id,
-        "execute-command": sys.executable,
-        "pass-arguments-to-command": [
-            {"source": "string", "name": "-c"},
-            {"source": "string", "name": GATE_WAIT},
-            {"source": "string", "name": str(gate)},
-        ],
-        **extra,
-    }
+    """A hook whose runs last until the `gate` file exists."""
+    hook = python_hook(hook_id, GATE_WAIT, **extra)
+    arguments = hook["pass-arguments-to-command"]
+    assert isinstance(arguments, list)
+    hook["pass-arguments-to-command"] = [*arguments, {"source": "string", "name": str(gate)}]
+    return hook
 
 
 def all_hooks(gate: Path) -> list[dict[str, object]]:
