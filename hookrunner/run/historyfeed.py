@@ -7,8 +7,10 @@ once) when the listener cannot keep up or is gone."""
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
+import time
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
@@ -83,9 +85,11 @@ class FeedClient:
 class FeedServer:
     """The admin listener's side: accepts the workers' connections and hands each event to `apply`."""
 
-    def __init__(self, address: str, authkey: bytes, apply: Any) -> None:
+    def __init__(self, address: str, authkey: bytes, apply: Any, gone: Any = None) -> None:
+        """`apply(event)` for each event; `gone(pid)` when a worker's connection ends with the worker."""
         self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
         self._apply = apply
+        self._gone = gone
         self.failures = 0
 
     @property
@@ -108,24 +112,53 @@ class FeedServer:
             ).start()
 
     def _receive(self, connection: Connection) -> None:
+        pid = 0
         with connection:
             while True:
                 try:
                     data = connection.recv_bytes()
                 except (EOFError, OSError):
-                    return
+                    break
                 try:
                     event = json.loads(data)
                 except ValueError:
                     continue
                 if not isinstance(event, dict):
                     continue
+                if isinstance(event.get("pid"), int):
+                    pid = event["pid"]
                 try:
                     self._apply(event)
                 except Exception as exc:  # noqa: BLE001 - one bad event must not stop the feed
                     self.failures += 1
                     if self.failures == 1:  # once: a full disk would otherwise log every event
                         log.output(f"run history: cannot record an event: {exc}")
+        # The connection ended: if its worker did too (killed, or stopped), its runs still open never end.
+        if pid and self._gone is not None and process_ended(pid):
+            self._gone(pid)
 
     def close(self) -> None:
         self._listener.close()
+
+
+def process_ended(pid: int, wait: float = 2.0) -> bool:
+    """Whether process `pid` is gone or a zombie, waiting up to `wait` seconds for it to be."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                state = handle.read().rpartition(b")")[2].split()[0]
+            if state in (b"Z", b"X"):
+                return True
+        except FileNotFoundError:
+            return True
+        except (OSError, IndexError):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            except OSError:
+                pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)

@@ -196,6 +196,17 @@ class HistoryStore:
                 "UPDATE history SET outcome = ?, detail = ? WHERE seq = ?", (REPLAYED, detail, row[0])
             )
 
+    def worker_gone(self, pid: int) -> int:
+        """Worker `pid` ended (killed, or stopped) with runs it had not ended: they are cancelled (and, with
+        a journal, replayed by the worker that replaces it). Returns how many."""
+        detail = f"its worker process ({pid}) ended before it did"
+        with self._lock:
+            cursor = self._db.execute(
+                "UPDATE history SET outcome = ?, detail = ? WHERE boot = ? AND pid = ? AND outcome IN (?, ?)",
+                (CANCELLED, detail, self.boot, pid, PENDING, RUNNING),
+            )
+        return int(cursor.rowcount)
+
     def prune(self) -> int:
         """Apply the retention rules to ended runs: the newest `keep`, none older than `max_age`."""
         finals = ", ".join("?" * len(FINAL_OUTCOMES))

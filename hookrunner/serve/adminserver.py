@@ -206,7 +206,7 @@ def _serve_admin(
     from hookrunner.serve.admin import create_admin_app
 
     store = open_store(config)
-    feed = FeedServer(feed_address, feed_key, store.apply)
+    feed = FeedServer(feed_address, feed_key, store.apply, store.worker_gone)
     feed.start()
     app = create_admin_app(store, admin.token, config)
     server = make_server(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -268,3 +269,26 @@ def test_a_new_port_only_with_admin_addr(tmp_path: Path, servers: list[Server], 
             f"127.0.0.1:{admin_port}" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")
             for p in os.listdir("/proc") if p.isdigit() and Path(f"/proc/{p}/cmdline").exists()
         ))
+
+
+@pytest.mark.parametrize("journal", [False, True])
+def test_a_killed_workers_runs(tmp_path: Path, servers: list[Server], journal: bool) -> None:
+    """kill -9 of the worker mid-run: its record ends cancelled; with -state-dir the worker that replaces it
+    replays the run, and the record says replayed."""
+    gate, state = tmp_path / "gate", tmp_path / "state"
+    flags = ("-state-dir", str(state)) if journal else ()
+    server, admin = start(tmp_path, servers, [gated_hook("hold", gate)], *flags)
+    assert trigger(server, "hold", "held-1") == 200
+    settle(admin, {"held-1": ("immediate", "running")})
+    worker = admin.json("/api/v1/runs/held-1")["pid"]
+    os.kill(worker, signal.SIGKILL)
+    if not journal:
+        settle(admin, {"held-1": ("immediate", "cancelled")})
+        assert admin.json("/api/v1/runs/held-1")["detail"] == f"its worker process ({worker}) ended before it did"
+    else:
+        gate.touch()
+        settle(admin, {"held-1": ("replayed", "ok")})
+        runs = [(r["kind"], r["outcome"]) for r in admin.json("/api/v1/runs?hook=hold")["runs"]]
+        assert runs == [("replayed", "ok"), ("immediate", "replayed")]
+    gate.touch()
+    assert server.stop() == 0

@@ -3,6 +3,7 @@ Unix socket; a peer without the key is not heard; a worker never waits on a list
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from multiprocessing.connection import Client
@@ -58,3 +59,38 @@ def test_sending_never_blocks_when_nobody_listens(tmp_path: Path) -> None:
     assert done.wait(20)
     assert client.flush(20)
     assert client.dropped > 0
+
+
+def test_a_worker_that_dies_is_reported_gone_and_a_live_one_is_not(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    got: list[dict[str, Any]] = []
+    gone: list[int] = []
+    server = FeedServer(str(tmp_path / "feed"), b"k" * 32, got.append, gone.append)
+    server.start()
+    code = (
+        "import sys; from multiprocessing.connection import Client\n"
+        "c = Client(sys.argv[1], family='AF_UNIX', authkey=b'k' * 32)\n"
+        "import os; c.send_bytes(('{\"event\": \"run\", \"key\": \"x\", \"pid\": %d}' % os.getpid()).encode())\n"
+        "sys.stdin.read()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, server.address], stdin=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert got == [{"event": "run", "key": "x", "pid": child.pid}] and gone == []
+    child.kill()
+    child.wait(timeout=10)
+    while not gone and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gone == [child.pid]
+    # A connection that ends while its process lives on (a worker reconnecting) reports nothing.
+    live = Client(server.address, family="AF_UNIX", authkey=b"k" * 32)
+    live.send_bytes(b'{"event": "run", "key": "y", "pid": %d}' % os.getpid())
+    live.close()
+    time.sleep(2.5)
+    assert gone == [child.pid]
+    if child.stdin:
+        child.stdin.close()
+    server.close()

@@ -121,3 +121,13 @@ def test_hooks_with_their_file_load_time_and_last_run() -> None:
     # A reload reported later replaces the file's hooks.
     store.apply({"event": "hooks", "pid": 2, "files": [{"file": "/h.json", "loaded_at": 6.0, "hooks": ["b"]}]})
     assert [h["id"] for h in store.hooks()] == ["b"]
+
+
+def test_a_workers_open_runs_end_with_it() -> None:
+    store = HistoryStore()
+    store.apply({"event": "run", "key": "a", "id": "a", "hook": "h", "outcome": "running", "pid": 10})
+    store.apply({"event": "run", "key": "b", "id": "b", "hook": "h", "outcome": "ok", "pid": 10})
+    store.apply({"event": "run", "key": "c", "id": "c", "hook": "h", "outcome": "running", "pid": 11})
+    assert store.worker_gone(10) == 1
+    assert {r["id"]: r["outcome"] for r in store.runs()} == {"a": "cancelled", "b": "ok", "c": "running"}
+    assert store.run("a")["detail"] == "its worker process (10) ended before it did"  # type: ignore[index]
