@@ -14,12 +14,16 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from hookrunner.config import Config
 from hookrunner.errors import DuplicateHookError, UsageError
 from hookrunner.flags import parse_args
 from hookrunner.ops.log import configure, log
 from hookrunner.serve import tls
+
+if TYPE_CHECKING:
+    from hookrunner.serve.adminserver import AdminListener
 
 #: The upstream release whose behaviour hookrunner follows.
 WEBHOOK_COMPATIBLE = "2.8.2"
@@ -294,10 +298,20 @@ def main(argv: list[str] | None = None) -> int:
     # Problems found before logging is set up are queued, as webhook does, so they reach -logfile.
     problems: list[str] = []
     listener: Listener | None = None
+    admin: AdminListener | None = None
     try:
         listener = open_listener(config)
     except ListenError as err:
         problems.append(f"error listening on {err.on}: {err}")
+    if config.admin_addr and listener is not None:
+        # Before -setuid: the token file may be readable by root only (and the admin code must be loaded).
+        import hookrunner.serve.admin  # noqa: F401
+        from hookrunner.serve.adminserver import AdminSetupError, open_admin
+
+        try:
+            admin = open_admin(config)
+        except AdminSetupError as err:
+            problems.append(f"error setting up the admin listener: {err}")
     if config.setuid:
         try:
             drop_privileges(config.setuid, config.setgid)
@@ -315,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
             log.output(problem)
         if listener is not None:
             listener.sock.close()
+        if admin is not None:
+            admin.sock.close()
         return 1
     assert listener is not None
     log.enabled = config.log_enabled
@@ -330,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                 log.output(f"Error creating pidfile: {_oserror_text(err)}")
                 return 1
             pidfile = config.pidfile
-        return _run(config, listener)
+        return _run(config, listener, admin)
     finally:
         if os.getpid() == master:
             listener.sock.close()  # also on the exits before serving (no hooks, a bad -template file)
@@ -348,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                     log.output(f"Failed to remove socket file {listener.unix_path}: {err}")
 
 
-def _run(config: Config, listener: Listener) -> int:
+def _run(config: Config, listener: Listener, admin: AdminListener | None = None) -> int:
     """From `version ... starting` to serving; returns only when the server has stopped."""
     from hookrunner.hooks.load import HookRegistry
     from hookrunner.run.executor import CommandRunner
@@ -404,5 +420,5 @@ def _run(config: Config, listener: Listener) -> int:
     hold_reload_signals()
     log.output("os signal watcher ready")
     fd = listener.sock.detach()
-    serve(config, app, registry, runner, fd, context)
+    serve(config, app, registry, runner, fd, context, admin)
     return 0

@@ -60,6 +60,12 @@ class Config:
     # The run journal (docs/operations.md, "Run journal"): off by default.
     state_dir: str = ""
     state_keep: int = 1000
+    # The run history and the admin listener (docs/history.md): off by default.
+    admin_addr: str = ""
+    admin_token_file: str = ""
+    admin_insecure: bool = False
+    history_output: int = 64 << 10
+    state_keep_age: float = 0.0
 
     @property
     def log_enabled(self) -> bool:

@@ -67,6 +67,31 @@ FLAGS: tuple[Flag, ...] = (
         "access_log",
         extension=True,
     ),
+    Flag(
+        "admin-addr",
+        "string",
+        "HOST:PORT of the admin listener (run history, its JSON API and status page; docs/history.md), "
+        "on a socket of its own; a host that is not loopback needs -admin-token-file or -admin-insecure; "
+        "empty means none",
+        "admin_addr",
+        "",
+        extension=True,
+    ),
+    Flag(
+        "admin-insecure",
+        "bool",
+        "let -admin-addr listen on an address that is not loopback without -admin-token-file",
+        "admin_insecure",
+        extension=True,
+    ),
+    Flag(
+        "admin-token-file",
+        "string",
+        "file holding the token every admin request must send as Authorization: Bearer <token>",
+        "admin_token_file",
+        "",
+        extension=True,
+    ),
     Flag("cert", "string", "path to the HTTPS certificate pem file", "cert", "cert.pem"),
     Flag(
         "command-timeout",
@@ -92,6 +117,14 @@ FLAGS: tuple[Flag, ...] = (
         "path to the json file containing defined hooks the webhook should serve, "
         "use multiple times to load from different files",
         "hooks",
+    ),
+    Flag(
+        "history-output",
+        "size",
+        "how much of a run's combined output (its last bytes) the run history keeps; 0 keeps none",
+        "history_output",
+        64 << 10,
+        extension=True,
     ),
     Flag("hotreload", "bool", "watch hooks file for changes and reload them automatically", "hotreload"),
     Flag(
@@ -186,9 +219,18 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "state-keep",
         "int",
-        "how many finished runs the run journal keeps (the older ones are deleted)",
+        "how many finished runs the run journal keeps (the older ones are deleted), and how many run "
+        "records the run history keeps (-admin-addr)",
         "state_keep",
         1000,
+        extension=True,
+    ),
+    Flag(
+        "state-keep-age",
+        "duration",
+        "run records older than this are deleted from the run history (-admin-addr); 0 means no limit",
+        "state_keep_age",
+        0.0,
         extension=True,
     ),
     Flag(

@@ -4,7 +4,8 @@ hooks, and the registry that serves them per file and swaps whole sets on reload
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from hookrunner.errors import DuplicateHookError, HooksFileError
 from hookrunner.golang.decode import json_kind
@@ -62,6 +63,9 @@ class HookRegistry:
         self._files: tuple[str, ...] = tuple(files)
         self._by_file: dict[str, tuple[Hook, ...]] = {}
         self._index: dict[str, Hook] = {}
+        #: When each file's hooks were last (re)loaded, and who is told after each change (the run history).
+        self.loaded_at: dict[str, float] = {}
+        self.on_publish: Callable[[], None] | None = None
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -76,13 +80,18 @@ class HookRegistry:
     def hooks_of(self, path: str) -> tuple[Hook, ...]:
         return self._by_file.get(path, ())
 
-    def _publish(self, by_file: dict[str, tuple[Hook, ...]]) -> None:
+    def _publish(self, by_file: dict[str, tuple[Hook, ...]], changed: Sequence[str] = ()) -> None:
         index: dict[str, Hook] = {}
         for hooks in by_file.values():
             for hook in hooks:
                 index.setdefault(hook.id, hook)  # like webhook, the first hook with an id wins
         self._by_file = by_file
         self._index = index
+        now = time.time()
+        loaded = {path: self.loaded_at.get(path, now) for path in by_file}
+        self.loaded_at = loaded | dict.fromkeys(changed, now)
+        if self.on_publish is not None:
+            self.on_publish()
 
     def load_initial(self) -> None:
         """Start-up: load every file as webhook does; an id loaded twice raises DuplicateHookError."""
@@ -102,7 +111,7 @@ class HookRegistry:
                         raise DuplicateHookError(hook.id)
                     log.printf("\tloaded: %s\n", hook.id)
                 by_file[path] = tuple(hooks)
-            self._publish(by_file)
+            self._publish(by_file, tuple(by_file))
 
     def reload_file(self, path: str) -> bool:
         """Reload one file; on any error the previous hooks stay. Returns whether the new hooks are served."""
@@ -129,7 +138,7 @@ class HookRegistry:
             by_file[path] = tuple(hooks)
             if path not in self._files:
                 self._files = (*self._files, path)
-            self._publish(by_file)
+            self._publish(by_file, (path,))
             metrics.record_reload(True)
             return True
 

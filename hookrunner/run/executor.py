@@ -24,6 +24,7 @@ from hookrunner.hooks.params import argument_value
 from hookrunner.hooks.request import Request
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
+from hookrunner.run.history import Recorder, Ticket
 from hookrunner.run.journal import Journal, LeftOver, RunSpec
 from hookrunner.run.scheduler import Busy, Scheduler
 
@@ -153,6 +154,8 @@ class CommandRunner:
         # it was merged into.
         self._journal_lock = threading.Lock()
         self._journal_ids: dict[Future[CommandResult], list[int]] = {}
+        #: The run history (-admin-addr; run/history.py), attached in the serving process; None: no records.
+        self.history: Recorder | None = None
 
     @property
     def running(self) -> int:
@@ -171,24 +174,34 @@ class CommandRunner:
         With a journal the run is written down (durably) before it is admitted, so before the request is
         answered."""
         journal = self.journal
+        ticket = self.history.ticket(req.id, hook.id) if self.history is not None else None
         if journal is None or not journal.enabled:
-            future, how = self._scheduler.submit(hook.id, hook.limits, lambda: self._guarded_run(hook, req))
+            try:
+                future, how = self._scheduler.submit(
+                    hook.id, hook.limits, lambda: self._guarded_run(hook, req, ticket)
+                )
+            except Busy:
+                _refused(ticket)
+                raise
             if how != "started":
                 log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
+            _admitted(ticket, future, how)
             return future
         spec = prepare(hook, req)
         run_id = journal.record(spec)
         try:
             future, how = self._scheduler.submit(
-                hook.id, hook.limits, lambda: self._journaled_run(hook, spec, run_id)
+                hook.id, hook.limits, lambda: self._journaled_run(hook, spec, run_id, ticket)
             )
         except Busy:
             if run_id is not None:
                 journal.finished([run_id], "not run: busy")
+            _refused(ticket)
             raise
         if how != "started":
             log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
         self._track(future, run_id, how)
+        _admitted(ticket, future, how)
         return future
 
     def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int:
@@ -201,32 +214,43 @@ class CommandRunner:
         for left in left_overs:
             spec = left.spec
             hook = find(spec.hook_id)
+            history = self.history
+            ticket = history.ticket(spec.request_id, spec.hook_id) if history is not None else None
             if hook is None:
                 log.output(f"not replaying run {left.run_id} of hook {spec.hook_id}: no such hook any more")
                 journal.finished([left.run_id], "not replayed: no such hook")
+                _refused(ticket, "not replayed: no such hook")
                 continue
             if not hook.replay:
                 log.output(f"not replaying run {left.run_id} of hook {hook.id}: the hook has replay: false")
                 journal.finished([left.run_id], "not replayed: replay is false")
+                _refused(ticket, "not replayed: replay is false")
                 continue
             log.output(f"replaying run {left.run_id} of hook {hook.id}, accepted at {_utc(left.accepted_at)}")
+            if history is not None:
+                history.replaying(spec.request_id, spec.hook_id, left.accepted_at)
             metrics.record_journal("replayed")
             run_id = left.run_id
             future, how = self._scheduler.submit(
                 hook.id,
                 hook.limits,
-                lambda hook=hook, spec=spec, run_id=run_id: self._journaled_run(hook, spec, run_id),  # type: ignore[misc]
+                lambda hook=hook, spec=spec, run_id=run_id, ticket=ticket: self._journaled_run(  # type: ignore[misc]
+                    hook, spec, run_id, ticket
+                ),
                 admitted=True,
             )
             self._track(future, run_id, how)
+            _admitted(ticket, future, "replayed")
             replayed += 1
         return replayed
 
-    def _journaled_run(self, hook: Hook, spec: RunSpec, run_id: int | None) -> CommandResult:
+    def _journaled_run(
+        self, hook: Hook, spec: RunSpec, run_id: int | None, ticket: Ticket | None = None
+    ) -> CommandResult:
         if run_id is not None and self.journal is not None:
             self.journal.running(run_id)
         try:
-            return self.execute(hook, spec)
+            return self.execute(hook, spec, ticket)
         except Exception as exc:  # noqa: BLE001 - a background command must never die silently
             log.request(spec.request_id, f"error running command: {exc}")
             return CommandResult(b"", str(exc))
@@ -261,9 +285,9 @@ class CommandRunner:
         """Run in the background (webhook's `go handleHook`); raises Busy like submit."""
         self.submit(hook, req)
 
-    def _guarded_run(self, hook: Hook, req: Request) -> CommandResult:
+    def _guarded_run(self, hook: Hook, req: Request, ticket: Ticket | None = None) -> CommandResult:
         try:
-            return self.run(hook, req)
+            return self.execute(hook, prepare(hook, req), ticket)
         except Exception as exc:  # noqa: BLE001 - a background command must never die silently
             log.request(req.id, f"error running command: {exc}")
             return CommandResult(b"", str(exc))
@@ -272,8 +296,20 @@ class CommandRunner:
         """Run the hook's command for this request and wait for it."""
         return self.execute(hook, prepare(hook, req))
 
-    def execute(self, hook: Hook, spec: RunSpec) -> CommandResult:
-        """Run a prepared run (from a request, or replayed from the journal) and wait for it."""
+    def execute(self, hook: Hook, spec: RunSpec, ticket: Ticket | None = None) -> CommandResult:
+        """Run a prepared run (from a request, or replayed from the journal) and wait for it; its record in
+        the run history (`ticket`) is told when it starts and ends."""
+        if ticket is None:
+            return self._execute(hook, spec)
+        ticket.started(spec)
+        result = CommandResult(b"", "error running command")
+        try:
+            result = self._execute(hook, spec)
+        finally:
+            ticket.finished(result.output, result.error, cancelled=self._closing)
+        return result
+
+    def _execute(self, hook: Hook, spec: RunSpec) -> CommandResult:
         rid = spec.request_id
         try:
             path = resolve_command(hook)
@@ -394,9 +430,33 @@ class CommandRunner:
         with self._lock:
             self._closing = True
             leftovers = list(self._processes)
+        if self.history is not None:
+            self.history.cancel_open("cancelled: hookrunner stopped before it ended (-shutdown-timeout)")
         for process in leftovers:
             log.output(f"shutdown: killing the process group of command {process.pid}")
             _signal_group(process.pid, signal.SIGKILL)
+
+
+def _admitted(ticket: Ticket | None, future: Future[CommandResult], how: str) -> None:
+    """The run history: how the run was admitted; a request coalesced into a later one's run ends with it."""
+    if ticket is None:
+        return
+    ticket.admitted(how)
+
+    def done(future: Future[CommandResult]) -> None:
+        exc = future.exception()
+        ticket.served_by_run(f"error: {type(exc).__name__}" if exc is not None else future.result().error)
+
+    if how in ("queued", "coalesced"):
+        future.add_done_callback(done)  # a no-op for the ticket whose own command ran (it has ended)
+
+
+_BUSY = "busy: at its concurrency limit with a full queue (429)"
+
+
+def _refused(ticket: Ticket | None, reason: str = _BUSY) -> None:
+    if ticket is not None:
+        ticket.refused(reason)
 
 
 def _utc(when: float) -> str:

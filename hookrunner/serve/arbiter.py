@@ -12,7 +12,7 @@ import os
 import signal
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # gunicorn.glogging and concurrent.futures.thread are imported lazily by gunicorn; after -setuid/-setgid
 # the interpreter's files may be out of reach, so they are loaded here, before the privileges go.
@@ -27,6 +27,9 @@ from hookrunner.serve import tls
 from hookrunner.serve.greenworker import GreenWorker
 from hookrunner.serve.threadworker import THREADS, HookWorker
 from hookrunner.serve.worker import HELD_SIGNALS, Registry, Runner, ctx
+
+if TYPE_CHECKING:
+    from hookrunner.serve.adminserver import AdminListener, AdminProcess
 
 #: Reload signals that arrived after start-up announced `os signal watcher ready` but before gunicorn's
 #: master installed its own handlers; the master replays them once it has.
@@ -202,6 +205,7 @@ def serve(
     runner: Runner,
     fd: int,
     ssl_context: ssl.SSLContext | None = None,
+    admin: AdminListener | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT on the listening socket `fd` (HTTPS with `ssl_context` under -secure).
 
@@ -221,9 +225,24 @@ def serve(
     ctx.ssl_context = ssl_context
     app = HookApplication(wsgi_app, gunicorn_options(config, fd))
     master = os.getpid()
+    admin_process: AdminProcess | None = None
+    if admin is not None:
+        # Before gunicorn forks any worker: the workers send their runs to this one process.
+        from hookrunner.serve.adminserver import AdminSetupError, start_admin
+
+        held = (fd,) if ctx.state_lock is None else (fd, ctx.state_lock)
+        try:
+            admin_process = start_admin(config, admin, held)
+        except AdminSetupError as err:
+            log.output(f"error setting up the admin listener: {err}")
+            raise SystemExit(1) from None
+        ctx.history_feed, ctx.history_key = admin_process.feed_address, admin_process.feed_key
     try:
         app.run()
     except SystemExit as stop:
         # gunicorn ends both the master and the forked worker with sys.exit; only the master returns.
         if os.getpid() != master or stop.code not in (0, None):
             raise
+    finally:
+        if admin_process is not None and os.getpid() == master:
+            admin_process.stop()

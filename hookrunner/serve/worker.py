@@ -29,6 +29,8 @@ from hookrunner.golang.status import status_line
 from hookrunner.hooks.model import Hook
 from hookrunner.ops.log import log
 from hookrunner.ops.watcher import HooksWatcher
+from hookrunner.run.history import Recorder
+from hookrunner.run.historyfeed import FeedClient
 from hookrunner.run.journal import Journal, LeftOver, open_journal
 from hookrunner.serve.answers import HEADER_LIST_KEY
 from hookrunner.serve.protocol import (
@@ -58,6 +60,12 @@ class Registry(Protocol):
 
     def match(self, hook_id: str) -> Hook | None: ...
 
+    def hooks_of(self, path: str) -> tuple[Hook, ...]: ...
+
+    loaded_at: dict[str, float]
+
+    on_publish: Callable[[], None] | None
+
 
 class Runner(Protocol):
     """What serving needs of executor.CommandRunner."""
@@ -65,6 +73,8 @@ class Runner(Protocol):
     wait_for: Callable[[Future[Any]], Any]
 
     journal: Journal | None
+
+    history: Recorder | None
 
     def shutdown(self, grace: float) -> object: ...
 
@@ -86,6 +96,9 @@ class _Context:
     boot_id: str = ""
     #: The lock on -state-dir (journal.lock_state_dir); None: no journal for this start.
     state_lock: int | None = None
+    #: The admin listener's event feed (serve/adminserver.py): its socket path and key; "" for none.
+    history_feed: str = ""
+    history_key: bytes = b""
 
 
 ctx = _Context()
@@ -136,6 +149,28 @@ def _start_journal() -> None:
     if left_overs:
         log.output(f"run journal: {len(left_overs)} unfinished run(s) left by a stopped hookrunner")
         ctx.runner.replay(left_overs, ctx.registry.match)
+
+
+def _start_history() -> FeedClient:
+    """Send this worker's run records and the hooks it serves to the admin listener (-admin-addr)."""
+    feed = FeedClient(ctx.history_feed, ctx.history_key)
+    recorder = Recorder(feed.send, ctx.config.history_output)
+    ctx.runner.history = recorder
+    registry = ctx.registry
+
+    def report_hooks() -> None:
+        loaded = registry.loaded_at
+        recorder.hooks(
+            [
+                {"file": path, "loaded_at": loaded.get(path),
+                 "hooks": [k.id for k in registry.hooks_of(path)]}
+                for path in registry.files
+            ]
+        )
+
+    registry.on_publish = report_hooks
+    report_hooks()
+    return feed
 
 
 class ClientReadTimeout(RequestTimeout):
@@ -258,6 +293,7 @@ class WebhookWorker(Worker):
             # before serving anything.
             ctx.registry.reload_all()
         self._watcher: HooksWatcher | None = None
+        self._history_feed: FeedClient | None = None
         self._stop_started = 0.0
         # In this process only: requests get -shutdown-timeout, so there is time left to kill leftover
         # commands before the master's own, longer, deadline ends this worker with SIGKILL.
@@ -276,6 +312,8 @@ class WebhookWorker(Worker):
         self._reloader.start()
         if ctx.config.hotreload:
             self._watcher = _start_watcher(ctx.registry)
+        if ctx.history_feed:
+            self._history_feed = _start_history()
         if ctx.config.state_dir and ctx.state_lock is not None:
             _start_journal()
 
@@ -344,3 +382,5 @@ class WebhookWorker(Worker):
         started = self._stop_started or time.monotonic()
         grace = ctx.config.shutdown_timeout
         ctx.runner.shutdown(max(0.0, grace - (time.monotonic() - started)))
+        if self._history_feed is not None:
+            self._history_feed.flush(1.0)

@@ -150,7 +150,8 @@ def pod(image: str, tmp_path: Path) -> Iterator[Pod]:
         "-v", f"{config}:/etc/webhook:ro", "-v", f"{sa_dir}:{SA_PATH}:ro",
         "-e", f"KUBERNETES_SERVICE_HOST={standin.host}", "-e", f"KUBERNETES_SERVICE_PORT={standin.port}",
         "--tmpfs", f"{STATE_VOLUME}:size=64m,mode=1777",  # the journal's emptyDir
-        image, *deployment_args(), "-ip", "127.0.0.1", "-port", str(port),
+        # The host's network: the admin listener takes a free port, not the Deployment's 9001.
+        image, *admin_on(deployment_args(), free_port()), "-ip", "127.0.0.1", "-port", str(port),
     ]  # fmt: skip
     started = time.monotonic()
     podman(*argv)
@@ -167,6 +168,11 @@ def pod(image: str, tmp_path: Path) -> Iterator[Pod]:
     finally:
         podman("rm", "-f", "-t", "0", name, check=False)
         stop(standin.proc)
+
+
+def admin_on(args: list[str], port: int) -> list[str]:
+    """The Deployment's arguments with the admin listener moved to `port`."""
+    return [f"-admin-addr=127.0.0.1:{port}" if arg.startswith("-admin-addr=") else arg for arg in args]
 
 
 def push(url: str, ref: str) -> requests.Response:

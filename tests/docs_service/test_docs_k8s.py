@@ -91,9 +91,11 @@ def test_deployment_is_the_seeds() -> None:
     assert pod["serviceAccountName"] == "webhook-job-trigger"
     [box] = pod["containers"]
     assert box["command"] == ["/app/webhook"]
-    # The seed's three arguments, then the one the bundle adds: the run journal (docs/operations.md).
+    # The seed's three arguments, then the ones the bundle adds: the run journal (docs/operations.md), and
+    # the run history's admin listener on the pod's loopback (docs/history.md).
     assert box["args"] == [
-        "-hooks=/etc/webhook/hooks.yaml", "-hotreload", "-verbose", "-state-dir=/var/lib/hookrunner/journal"
+        "-hooks=/etc/webhook/hooks.yaml", "-hotreload", "-verbose", "-state-dir=/var/lib/hookrunner/journal",
+        "-admin-addr=127.0.0.1:9001", "-history-output=16KiB",
     ]
     assert box["ports"][0]["containerPort"] == 9000
     [config] = [v for v in pod["volumes"] if v.get("configMap")]
@@ -138,6 +140,22 @@ def test_deployment_user_is_the_containerfiles() -> None:
     containerfile = (REPO_ROOT / "Containerfile").read_text(encoding="utf-8")
     users = [line.split()[1] for line in containerfile.splitlines() if line.startswith("USER ")]
     assert users[-1] == f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}"
+
+
+def test_the_admin_port_is_for_port_forward_only() -> None:
+    """The admin listener (docs/history.md): a second, named container port on the pod's loopback, which
+    kubectl port-forward reaches; neither the Service nor the IngressRoute leads there."""
+    [box] = find("Deployment", "webhook-docs")["spec"]["template"]["spec"]["containers"]
+    ports = {port["name"]: port["containerPort"] for port in box["ports"]}
+    assert ports == {"http": 9000, "admin": 9001}
+    [addr] = [arg.split("=", 1)[1] for arg in box["args"] if arg.startswith("-admin-addr=")]
+    assert addr == f"127.0.0.1:{ports['admin']}"  # loopback: no token needed, no other pod reaches it
+    assert not any(arg.startswith(("-admin-insecure", "-admin-token-file")) for arg in box["args"])
+    service_ports = [port["targetPort"] for port in find("Service", "webhook", "default")["spec"]["ports"]]
+    assert ports["admin"] not in service_ports and "admin" not in service_ports
+    routes = [svc for doc in resources() if doc["kind"] == "IngressRoute"
+              for route in doc["spec"]["routes"] for svc in route.get("services", [])]
+    assert routes and all(svc["port"] != ports["admin"] for svc in routes)
 
 
 def test_service_is_the_seeds() -> None:

@@ -93,3 +93,28 @@ def test_crlf_files_load(tmp_path: Path) -> None:
     registry = HookRegistry([str(path)])
     registry.load_initial()
     assert registry.match("a") is not None
+
+
+def test_load_times_and_the_publish_callback(tmp_path: Path) -> None:
+    import time
+
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text('[{"id": "a", "execute-command": "/bin/true"}]')
+    second.write_text('[{"id": "b", "execute-command": "/bin/true"}]')
+    registry = HookRegistry([str(first), str(second)])
+    published: list[dict[str, float]] = []
+    registry.on_publish = lambda: published.append(dict(registry.loaded_at))
+    before = time.time()
+    registry.load_initial()
+    assert set(registry.loaded_at) == {str(first), str(second)}
+    assert all(before <= when <= time.time() for when in registry.loaded_at.values())
+    loaded = dict(registry.loaded_at)
+    time.sleep(0.01)
+    assert registry.reload_file(str(second))
+    assert registry.loaded_at[str(first)] == loaded[str(first)]  # only the reloaded file's time moves
+    assert registry.loaded_at[str(second)] > loaded[str(second)]
+    second.write_text("not a list")
+    assert not registry.reload_file(str(second))  # a refused reload publishes nothing
+    registry.remove_file(str(second))
+    assert set(registry.loaded_at) == {str(first)}
+    assert len(published) == 3

@@ -1,0 +1,285 @@
+"""Where the admin listener keeps the run history: the workers' events (run/history.py) put together into
+one record per run, in SQLite: the run journal's database file with -state-dir (kept across restarts), or a
+database in this process's memory without it. Retention by count (-state-keep) and age (-state-keep-age).
+
+One process writes here, the admin listener's; each worker only sends events. Nothing here knows HTTP.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sqlite3
+import threading
+import time
+from typing import Any
+
+from hookrunner.run.history import CANCELLED, FINAL_OUTCOMES, PENDING, REPLAYED, RUNNING, Event
+from hookrunner.run.journal import FILE_NAME
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS history (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,
+    boot TEXT NOT NULL,
+    id TEXT NOT NULL DEFAULT '',
+    hook TEXT NOT NULL DEFAULT '',
+    kind TEXT NOT NULL DEFAULT 'immediate',
+    outcome TEXT NOT NULL DEFAULT 'pending',
+    accepted_at REAL,
+    started_at REAL,
+    ended_at REAL,
+    duration REAL,
+    exit_code INTEGER,
+    signal TEXT,
+    detail TEXT NOT NULL DEFAULT '',
+    argv TEXT NOT NULL DEFAULT '[]',
+    env TEXT NOT NULL DEFAULT '[]',
+    files TEXT NOT NULL DEFAULT '[]',
+    cwd TEXT NOT NULL DEFAULT '',
+    pid INTEGER,
+    output BLOB NOT NULL DEFAULT x'',
+    output_size INTEGER NOT NULL DEFAULT 0,
+    output_truncated INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS history_hook ON history (hook, seq);
+CREATE INDEX IF NOT EXISTS history_id ON history (id, seq);
+"""
+
+#: Fields an event may set, and how each is stored.
+_SCALARS = (
+    "id",
+    "hook",
+    "kind",
+    "outcome",
+    "accepted_at",
+    "started_at",
+    "ended_at",
+    "exit_code",
+    "signal",
+    "detail",
+    "cwd",
+    "pid",
+    "output_size",
+    "output_truncated",
+)
+_JSON = ("argv", "env", "files")
+#: The columns of a listed run (no output), and of one run.
+_LISTED = (
+    "seq",
+    "id",
+    "hook",
+    "kind",
+    "outcome",
+    "accepted_at",
+    "started_at",
+    "ended_at",
+    "duration",
+    "exit_code",
+    "signal",
+    "detail",
+    "output_size",
+    "output_truncated",
+)
+_ONE = (*_LISTED, "argv", "env", "files", "cwd", "pid", "output")
+
+#: How many events between two applications of the retention rules.
+_PRUNE_EVERY = 100
+
+
+class HistoryStore:
+    """The records, safe from any thread. `path` "" keeps them in memory."""
+
+    def __init__(self, path: str = "", keep: int = 1000, max_age: float = 0.0) -> None:
+        self.path = path
+        self.keep = max(keep, 0)
+        self.max_age = max(max_age, 0.0)
+        self.boot = f"{os.getpid()}.{time.time_ns()}"
+        self._lock = threading.Lock()
+        self._since_prune = 0
+        #: The hooks each worker last said it serves, by file: {file: {"hooks": [...], "loaded_at": t}}.
+        self._hooks: dict[str, dict[str, Any]] = {}
+        self._db = sqlite3.connect(
+            path or ":memory:", timeout=30.0, check_same_thread=False, isolation_level=None
+        )
+        if path:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # A record lost to a power cut costs nothing a run needs, and the journal's own writes (on the
+            # request's path) share the file's write lock: no fsync per event here.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA secure_delete=ON")
+        self._db.executescript(_SCHEMA)
+        # Runs a previous start left open (it stopped, or crashed, before they ended): they did not end here.
+        self._db.execute(
+            "UPDATE history SET outcome = ?, detail = ? WHERE outcome IN (?, ?) AND boot != ?",
+            (CANCELLED, "hookrunner stopped before this run ended", PENDING, RUNNING, self.boot),
+        )
+        self.prune()
+
+    @classmethod
+    def for_state_dir(cls, state_dir: str, keep: int, max_age: float) -> HistoryStore:
+        """The store in the run journal's database file (created private when it is not there yet)."""
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        path = os.path.join(state_dir, FILE_NAME)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        return cls(path, keep, max_age)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # --- writing: the workers' events ---------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        """One event from a worker; an unknown or malformed one is ignored."""
+        kind = event.get("event")
+        if kind == "run" and isinstance(event.get("key"), str):
+            self._apply_run(event)
+        elif kind == "replaying":
+            self._apply_replaying(event)
+        elif kind == "hooks" and isinstance(event.get("files"), list):
+            with self._lock:
+                for entry in event["files"]:
+                    if isinstance(entry, dict) and isinstance(entry.get("file"), str):
+                        self._hooks[entry["file"]] = entry
+        self._since_prune += 1
+        if self._since_prune >= _PRUNE_EVERY:
+            self.prune()
+
+    def _apply_run(self, event: Event) -> None:
+        values: dict[str, Any] = {name: event[name] for name in _SCALARS if name in event}
+        for name in _JSON:
+            if name in event:
+                values[name] = json.dumps(event[name], ensure_ascii=True)
+        if "output" in event:
+            values["output"] = base64.b64decode(event["output"])
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO history (key, boot) VALUES (?, ?) ON CONFLICT(key) DO NOTHING",
+                (event["key"], self.boot),
+            )
+            if values:
+                # An event may come after a later one (a run starts on another thread before the request
+                # that admitted it reports how): a final outcome is never replaced by a passing one.
+                if values.get("outcome") in (PENDING, RUNNING):
+                    outcome = values.pop("outcome")
+                    self._db.execute(
+                        "UPDATE history SET outcome = ? WHERE key = ? AND outcome IN (?, ?)",
+                        (outcome, event["key"], PENDING, RUNNING),
+                    )
+                if values:
+                    columns = ", ".join(f"{name} = ?" for name in values)
+                    self._db.execute(
+                        f"UPDATE history SET {columns} WHERE key = ?", (*values.values(), event["key"])
+                    )
+            self._db.execute(
+                "UPDATE history SET duration = ended_at - started_at "
+                "WHERE key = ? AND ended_at IS NOT NULL AND started_at IS NOT NULL",
+                (event["key"],),
+            )
+
+    def _apply_replaying(self, event: Event) -> None:
+        # The earlier record of a run replayed now: one of an earlier start, or of a worker that died (its
+        # replacement replays it), never the replay's own record.
+        with self._lock:
+            row = self._db.execute(
+                "SELECT seq, detail FROM history WHERE id = ? AND hook = ? AND (boot != ? OR pid IS NOT ?) "
+                "AND outcome IN (?, ?, ?) ORDER BY seq DESC LIMIT 1",
+                (event.get("id", ""), event.get("hook", ""), self.boot, event.get("pid"), PENDING, RUNNING,
+                 CANCELLED),
+            ).fetchone()
+            if row is None:
+                return
+            detail = "run again after a restart (see the replayed run with the same id)"
+            self._db.execute(
+                "UPDATE history SET outcome = ?, detail = ? WHERE seq = ?", (REPLAYED, detail, row[0])
+            )
+
+    def worker_gone(self, pid: int) -> int:
+        """Worker `pid` ended (killed, or stopped) with runs it had not ended: they are cancelled (and, with
+        a journal, replayed by the worker that replaces it). Returns how many."""
+        detail = f"its worker process ({pid}) ended before it did"
+        with self._lock:
+            cursor = self._db.execute(
+                "UPDATE history SET outcome = ?, detail = ? WHERE boot = ? AND pid = ? AND outcome IN (?, ?)",
+                (CANCELLED, detail, self.boot, pid, PENDING, RUNNING),
+            )
+        return int(cursor.rowcount)
+
+    def prune(self) -> int:
+        """Apply the retention rules to ended runs: the newest `keep`, none older than `max_age`."""
+        finals = ", ".join("?" * len(FINAL_OUTCOMES))
+        with self._lock:
+            self._since_prune = 0
+            deleted = self._db.execute(
+                f"DELETE FROM history WHERE outcome IN ({finals}) AND seq NOT IN "
+                "(SELECT seq FROM history ORDER BY seq DESC LIMIT ?)",
+                (*FINAL_OUTCOMES, self.keep),
+            ).rowcount
+            if self.max_age:
+                deleted += self._db.execute(
+                    f"DELETE FROM history WHERE outcome IN ({finals}) AND accepted_at < ?",
+                    (*FINAL_OUTCOMES, time.time() - self.max_age),
+                ).rowcount
+        return int(deleted)
+
+    # --- reading: the API and the pages -------------------------------------------------------------
+
+    def runs(
+        self, hook: str = "", outcome: str = "", limit: int = 50, before: int = 0
+    ) -> list[dict[str, Any]]:
+        """Runs newest first, without their output; `before` a seq, for the next page."""
+        where: list[str] = []
+        args: list[Any] = []
+        for column, value in (("hook", hook), ("outcome", outcome)):
+            if value:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if before > 0:
+            where.append("seq < ?")
+            args.append(before)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        query = f"SELECT {', '.join(_LISTED)} FROM history {clause} ORDER BY seq DESC LIMIT ?"
+        with self._lock:
+            rows = self._db.execute(query, (*args, max(limit, 0))).fetchall()
+        return [_record(_LISTED, row) for row in rows]
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """One run with its output (the newest of that id: an X-Request-Id may be sent twice)."""
+        query = f"SELECT {', '.join(_ONE)} FROM history WHERE id = ? ORDER BY seq DESC LIMIT 1"
+        with self._lock:
+            row = self._db.execute(query, (run_id,)).fetchone()
+        return None if row is None else _record(_ONE, row)
+
+    def hooks(self) -> list[dict[str, Any]]:
+        """Each loaded hook: its file, when that was loaded, and its last run (or None)."""
+        with self._lock:
+            files = sorted(self._hooks.values(), key=lambda entry: str(entry.get("file")))
+        result = []
+        for entry in files:
+            for hook_id in entry.get("hooks", []):
+                last = self.runs(hook=str(hook_id), limit=1)
+                result.append(
+                    {
+                        "id": hook_id,
+                        "file": entry["file"],
+                        "loaded_at": entry.get("loaded_at"),
+                        "last_run": last[0] if last else None,
+                    }
+                )
+        return result
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM history").fetchone()[0])
+
+
+def _record(columns: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
+    record = dict(zip(columns, row, strict=True))
+    for name in _JSON:
+        if name in record:
+            record[name] = json.loads(record[name])
+    if "output_truncated" in record:
+        record["output_truncated"] = bool(record["output_truncated"])
+    return record
