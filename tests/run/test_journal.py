@@ -207,7 +207,8 @@ def test_a_journal_from_a_newer_version_is_refused(tmp_path: Path, logged: io.St
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
     db.commit()
     db.close()
-    with pytest.raises(JournalError, match=r"written by a newer hookrunner \(schema version 2, this one knows 1\)"):
+    newer = rf"written by a newer hookrunner \(schema version {SCHEMA_VERSION + 1}, this one knows {SCHEMA_VERSION}\)"
+    with pytest.raises(JournalError, match=newer):
         Journal(str(tmp_path), "boot-2")
     assert open_journal(str(tmp_path), "boot-2", 10) is None
     assert "written by a newer hookrunner" in logged.getvalue()
