@@ -56,17 +56,26 @@ def escape_hook(hook_id: str, marker: str, gate: Path, **extra: object) -> dict[
 def marked(marker: str) -> dict[int, str]:
     """The live (not zombie) processes whose argv carries `marker`, with their role."""
     found: dict[int, str] = {}
+    needle = marker.encode()
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+        try:  # os.read, not pathlib: a sample of all of /proc must fit in the sampler's 10 ms
+            fd = os.open(f"/proc/{name}/cmdline", os.O_RDONLY)
+            try:
+                data = os.read(fd, 1 << 16)
+            finally:
+                os.close(fd)
         except OSError:
             continue
-        if marker.encode() in argv and alive(int(name)):
+        if needle not in data:
+            continue
+        argv = data.split(b"\0")
+        if needle in argv and alive(int(name)):
+            # A process has its role once it has exec'd into it; before that (the leader before its
+            # exec, and its forks before theirs) its argv ends with the gate's path: it is "starting".
             role = argv[-2].decode()  # cmdline ends with a NUL
-            # Before it becomes the leader (exec), the leader's argv ends with the gate's path.
-            found[int(name)] = role if role in ("escaped", "child") else "leader"
+            found[int(name)] = role if role in ("leader", "escaped", "child") else "starting"
     return found
 
 
@@ -179,15 +188,17 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            began = time.monotonic()
             roles: dict[str, int] = {}
             for pid, role in marked(self.marker).items():
                 roles[role] = roles.get(role, 0) + 1
                 if role == "leader" and pid not in self.leaders:
                     self.leaders.append(pid)
+            roles.pop("starting", None)
             for role, count in roles.items():
                 self.most[role] = max(self.most.get(role, 0), count)
             self.samples += 1
-            time.sleep(0.01)
+            time.sleep(max(0.0, began + 0.01 - time.monotonic()))
 
     def stop(self) -> None:
         self._stop.set()
@@ -219,6 +230,7 @@ def check_one_copy_through(
     time.sleep(0.2)  # the poll has found the escaped one, and the journal has it
     first = [pid for pid, role in marked(marker).items() if role == "leader"]
     sampler = Sampler(marker)
+    began = time.monotonic()
     try:
         worker = server.worker_pid()
         if crash == "worker":
@@ -238,9 +250,11 @@ def check_one_copy_through(
         time.sleep(0.5)
         gate.touch()  # the replay ends, then the queued request runs, then it ends
         assert wait_until(lambda: len(sampler.leaders) >= 3 and not marked(marker), timeout=30), sampler.leaders
+        took = time.monotonic() - began
     finally:
         sampler.stop()
-    print(f"{crash}: {sampler.samples} samples, the most at once {sampler.most}, leaders {sampler.leaders}")
+    print(f"{crash}: {sampler.samples} samples in {took:.2f} s (one every {took / sampler.samples * 1000:.1f} ms), "
+          f"the most at once {sampler.most}, leaders {sampler.leaders}")
     assert sampler.most == {"leader": 1, "child": 1, "escaped": 1}, sampler.most
     assert sampler.leaders[0] == first[0] and len(sampler.leaders) == 3
     assert f"run 1: ended what still ran of its previous attempt (pids {first[0]}" in again.log, again.log
