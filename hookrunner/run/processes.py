@@ -191,10 +191,24 @@ class RunProcesses:
     pipe: str
     #: Told of each process found outside the leader's group (the journal records it).
     on_found: Callable[[ProcessId], None] | None = None
-    members: set[ProcessId] = field(default_factory=set)
+    _members: set[ProcessId] = field(default_factory=set)
+    # The poll and an ending run add members from two threads.
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.members.add(self.leader)
+        self._members.add(self.leader)
+
+    @property
+    def members(self) -> frozenset[ProcessId]:
+        with self._lock:
+            return frozenset(self._members)
+
+    def add(self, process: ProcessId) -> bool:
+        """Count `process` as the run's; returns whether it was new."""
+        with self._lock:
+            new = process not in self._members
+            self._members.add(process)
+        return new
 
     def running(self) -> list[ProcessId]:
         return [process for process in self.members if is_running(process)]
@@ -349,8 +363,7 @@ def _attribute(
         if run is None:
             continue
         process = snapshot[pid].id
-        if process not in run.members:
-            run.members.add(process)
+        if run.add(process):
             if run.on_found is not None and snapshot[pid].pgid != run.leader.pid:
                 run.on_found(process)
 
