@@ -420,10 +420,13 @@ class CommandRunner:
         assert process.stdout is not None
         output = _Output(process.stdout.fileno())
         timed_out = False
+        deadline = time.monotonic() + timeout if timeout else None
         try:
-            # With no timeout, the output is read until every holder of the pipe has closed it, as
-            # webhook does; a shutdown that ended the run's processes gives the rest a second.
-            if not output.read(time.monotonic() + timeout if timeout else None, self._is_closing):
+            # The output is read until every holder of the pipe has closed it, and then the command is
+            # waited for, as webhook does; with a timeout, both within it. A shutdown that ended the
+            # run's processes gives the rest of the output a second.
+            ended = output.read(deadline, self._is_closing) and _wait(process, deadline, self._is_closing)
+            if not ended:
                 if self._is_closing():
                     output.read(time.monotonic() + 1.0)
                 else:
@@ -500,6 +503,19 @@ class _Output:
         deadline = time.monotonic() + seconds
         if self.read(deadline):
             time.sleep(max(deadline - time.monotonic(), 0.0))
+
+
+def _wait(process: subprocess.Popen[bytes], deadline: float | None, stop: Callable[[], bool]) -> bool:
+    """Wait for the command to exit, until `deadline` or `stop()`; returns whether it exited."""
+    while True:
+        wait = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+        if wait <= 0 or stop():
+            return process.poll() is not None
+        try:
+            process.wait(timeout=wait)
+            return True
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _utc(when: float) -> str:

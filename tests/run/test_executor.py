@@ -314,3 +314,14 @@ def test_a_timeout_ends_a_grandchild_that_left_the_session_and_holds_the_output(
     escaped = int(pidfile.read_text())
     assert identify(escaped) is None  # gone (at most a zombie of init is left)
     assert runner.running == 0
+
+
+def test_a_timeout_holds_for_a_command_that_closed_its_output_and_runs_on(tmp_path: Path) -> None:
+    script = tmp_path / "quiet"
+    script.write_text("#!/bin/sh\necho bye\nexec >&- 2>&-\nsleep 30\n")
+    script.chmod(0o755)
+    runner = CommandRunner(kill_grace=0.3)
+    started = time.monotonic()
+    result = runner.run(Hook(id="h", execute_command=str(script), command_timeout=0.5), request())
+    assert time.monotonic() - started < 2.0
+    assert (result.output, result.error) == (b"bye\n", "command timed out after 0.5s (signal: terminated)")
