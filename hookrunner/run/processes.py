@@ -24,6 +24,8 @@ PR_SET_CHILD_SUBREAPER = 36
 #: orphans the worker adopted are looked at for reaping once none is.
 POLL_SECONDS = 0.025
 ORPHAN_POLL_SECONDS = 1.0
+#: How many pids of finished runs' processes are remembered (see ProcessTracker._retired).
+RETIRED_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,10 @@ class ProcessTracker:
         self._lock = threading.Lock()
         self._runs: list[RunProcesses] = []
         self._leaders: set[int] = set()  # pids whose exit status their Popen waits for: never reaped here
+        # The pids of the processes of finished runs (the newest RETIRED_KEPT): an adopted orphan in a
+        # process group or session one of them heads belongs to a finished run (a daemon it started), not
+        # to a running one.
+        self._retired: dict[int, None] = {}
         self._subreaper_of = 0  # the pid that made itself subreaper (a forked worker must do it again)
         self._poller: threading.Thread | None = None
 
@@ -255,6 +261,10 @@ class ProcessTracker:
             if run in self._runs:
                 self._runs.remove(run)
             self._leaders.discard(run.leader.pid)
+            for process in run.members:
+                self._retired[process.pid] = None
+            while len(self._retired) > RETIRED_KEPT:
+                del self._retired[next(iter(self._retired))]
 
     @property
     def runs(self) -> list[RunProcesses]:
@@ -268,7 +278,7 @@ class ProcessTracker:
         snapshot = _all_processes() if everywhere else _subtree(me)
         with self._lock:
             runs = list(self._runs)
-        _attribute(snapshot, runs, me, self.adopt_orphans, everywhere)
+        _attribute(snapshot, runs, me, self._adopting(), everywhere)
 
     def end(self, runs: Sequence[RunProcesses], grace: float, wait: Callable[[float], None]) -> None:
         """TERM every process of `runs` (none when `grace` is 0), KILL those left after `grace`, and wait
@@ -290,6 +300,13 @@ class ProcessTracker:
             wait(0.02)
             self.refresh(everywhere=True)
 
+    def _adopting(self) -> frozenset[int] | None:
+        """The retired group ids when this process adopts orphans, else None."""
+        if not self.adopt_orphans:
+            return None
+        with self._lock:
+            return frozenset(self._retired)
+
     def _poll(self) -> None:
         me = os.getpid()
         while True:
@@ -299,7 +316,7 @@ class ProcessTracker:
             if running:
                 with self._lock:
                     runs = list(self._runs)
-                _attribute(snapshot, runs, me, self.adopt_orphans, False)
+                _attribute(snapshot, runs, me, self._adopting(), False)
             adopted = self._reap(snapshot, me)
             if not running and not adopted:
                 with self._lock:
@@ -329,11 +346,16 @@ class ProcessTracker:
 
 
 def _attribute(
-    snapshot: dict[int, _Stat], runs: Sequence[RunProcesses], me: int, adopting: bool, by_pipe: bool
+    snapshot: dict[int, _Stat],
+    runs: Sequence[RunProcesses],
+    me: int,
+    retired: frozenset[int] | None,
+    by_pipe: bool,
 ) -> None:
     """Add to each run the processes of `snapshot` that are its: known members, members of its leader's
-    group or session, children of its processes, and (`by_pipe`) holders of its output; an orphan the
-    worker adopted whose parent was never seen is the run's when only one running run is old enough."""
+    group or session, children of its processes, and (`by_pipe`) holders of its output. When this process
+    adopts orphans (`retired` is not None), an adopted orphan whose parent was never seen is the run's when
+    only one running run is older than it, unless it is in a group or session of a finished run's."""
     if not runs:
         return
     by_id = {member: run for run in runs for member in run.members}
@@ -350,7 +372,7 @@ def _attribute(
         run = by_id.get(stat.id) or by_group.get(stat.pgid) or by_group.get(stat.sid)
         if run is None and stat.ppid != me:
             run = owner_of(stat.ppid)
-        if run is None and adopting and stat.ppid == me:
+        if run is None and retired is not None and stat.ppid == me and not {stat.pgid, stat.sid} & retired:
             older = [r for r in runs if r.leader.start <= stat.start]
             run = older[0] if len(older) == 1 else None
         if run is None and by_pipe:

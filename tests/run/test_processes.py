@@ -181,3 +181,34 @@ def test_the_subreaper_adopts_orphans_reaps_them_and_keeps_its_commands_exit_sta
     assert seen["adopted"][0] in seen["members"], seen  # and was found to be the run's
     assert seen["zombies"] == [], seen
     assert seen["status"] == 3, seen
+
+
+def test_which_run_a_process_belongs_to() -> None:
+    from hookrunner.run.processes import RunProcesses, _attribute
+    from hookrunner.run.processes import _Stat as S
+
+    me = 100
+    found: list[ProcessId] = []
+    a = RunProcesses(ProcessId(200, 1000), "pipe:[1]", found.append)
+    snapshot = {
+        200: S(200, me, 200, 200, 1000, False),  # a's leader
+        201: S(201, 200, 200, 200, 1001, False),  # in its group
+        202: S(202, 201, 202, 202, 1002, False),  # left the session, child of a member: the run's
+        203: S(203, me, 203, 203, 1003, False),  # an orphan the worker adopted, newer than a: a's
+        150: S(150, me, 150, 150, 900, False),  # adopted before a started: not a's
+        204: S(204, 202, 202, 202, 1004, False),  # a zombie is nobody's
+    }
+    snapshot[204] = S(204, 202, 202, 202, 1004, True)
+    _attribute(snapshot, [a], me, frozenset(), False)
+    assert {p.pid for p in a.members} == {200, 201, 202, 203}
+    # Told of those outside the leader's group only (the journal records them).
+    assert sorted(p.pid for p in found) == [202, 203]
+
+    # Without adopting orphans, an orphan is nobody's; in a group or session a finished run's process
+    # heads (a daemon it left), nobody's either; with two running runs older than it, it cannot be told.
+    orphan = {203: S(203, me, 203, 777, 1003, False)}
+    for retired, runs in ((None, 1), (frozenset({777}), 1), (frozenset(), 2)):
+        one = RunProcesses(ProcessId(200, 1000), "")
+        two = RunProcesses(ProcessId(300, 999), "")
+        _attribute(orphan, [one, two][:runs], me, retired, False)
+        assert one.members == {one.leader} and two.members == {two.leader}, (retired, runs)
