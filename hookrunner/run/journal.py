@@ -4,8 +4,10 @@ process left accepted or running are run again by the next one (docs/operations.
 A SQLite file (standard library) in WAL mode with synchronous=FULL: a run's row is on disk before its
 request is answered. Each row is a run ready to start again: hook id, request id, argv, the hook's
 environment variables, the contents of its files and its working directory. Rows go accepted -> running ->
-finished; a finished row keeps only its ids, times and exit status (the spec, which holds the payload's
-secrets, is dropped and its bytes zeroed), and finished rows are pruned to the newest `keep`.
+finished; a running row also names its attempt's processes (pid and start time, run/processes.py), so that
+a replay can end what is still running of it first; a finished row keeps only its ids, times and exit status
+(the spec, which holds the payload's secrets, is dropped and its bytes zeroed), and finished rows are pruned
+to the newest `keep`.
 
 Each row names its owner: the serving process that accepted it (a boot id shared by all the workers of one
 start, and the worker's pid). A worker claims, once at start and atomically, the unfinished rows whose owner

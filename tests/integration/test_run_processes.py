@@ -7,15 +7,18 @@ pass-file-to-command files are named as webhook names them."""
 from __future__ import annotations
 
 import http.client
+import inspect
 import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from integration_harness import HOOKRUNNER_TEST_FLAGS, REFERENCE_BINARY, free_port
@@ -173,36 +176,60 @@ def test_an_escaped_grandchild_that_closed_its_output_is_ended_at_the_timeout(
 # ------------------------------------------------------------------------------- at most one copy of a run
 
 
+# The sampler's loop, run in a process of its own (so that the test's threads do not hold it back), with
+# marked() and alive() as defined here: every 10 ms it counts the marked processes of each role, prints
+# each new leader's pid as it appears and, once the stop file exists, what it saw.
+SAMPLER_LOOP = """
+marker, stop = sys.argv[1].removeprefix("sampling:"), sys.argv[2]  # not the marker itself: not counted
+most, leaders, samples, gap, last = {}, [], 0, 0.0, None
+while not os.path.exists(stop):
+    began = time.monotonic()
+    gap = max(gap, began - last) if last is not None else gap
+    last = began
+    roles = {}
+    for pid, role in marked(marker).items():
+        roles[role] = roles.get(role, 0) + 1
+        if role == "leader" and pid not in leaders:
+            leaders.append(pid)
+            print(pid, flush=True)
+    roles.pop("starting", None)
+    for role, count in roles.items():
+        most[role] = max(most.get(role, 0), count)
+    samples += 1
+    time.sleep(max(0.0, began + 0.01 - time.monotonic()))
+print(json.dumps({"most": most, "samples": samples, "gap": gap}), flush=True)
+"""
+
+
 class Sampler:
-    """Samples /proc every 10 ms in a thread: the most processes of each role seen at one moment, and every
-    leader pid seen."""
+    """Samples /proc every 10 ms in a process of its own: the most processes of each role seen at one
+    moment, every leader pid seen, and the longest gap between two samples."""
 
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-        self.most: dict[str, int] = {}
+    def __init__(self, marker: str, folder: Path) -> None:
+        self.stop_file = folder / "stop-sampling"
+        code = "\n".join(["import json, os, sys, time", "from pathlib import Path",
+                          inspect.getsource(alive), inspect.getsource(marked), SAMPLER_LOOP])
+        self.process = subprocess.Popen([sys.executable, "-c", code, f"sampling:{marker}", str(self.stop_file)],
+                                        stdout=subprocess.PIPE, text=True)
         self.leaders: list[int] = []
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self.result: dict[str, Any] = {}
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            began = time.monotonic()
-            roles: dict[str, int] = {}
-            for pid, role in marked(self.marker).items():
-                roles[role] = roles.get(role, 0) + 1
-                if role == "leader" and pid not in self.leaders:
-                    self.leaders.append(pid)
-            roles.pop("starting", None)
-            for role, count in roles.items():
-                self.most[role] = max(self.most.get(role, 0), count)
-            self.samples += 1
-            time.sleep(max(0.0, began + 0.01 - time.monotonic()))
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                self.result = json.loads(line)
+            else:
+                self.leaders.append(int(line))
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        self.stop_file.touch()
+        self.process.wait(timeout=10)
+        self._reader.join(timeout=10)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
 
 
 def replay_hooks(marker: str, gate: Path) -> list[dict[str, object]]:
@@ -229,7 +256,7 @@ def check_one_copy_through(
     assert wait_until(lambda: sorted(marked(marker).values()) == ["child", "escaped", "leader"], timeout=15)
     time.sleep(0.2)  # the poll has found the escaped one, and the journal has it
     first = [pid for pid, role in marked(marker).items() if role == "leader"]
-    sampler = Sampler(marker)
+    sampler = Sampler(marker, tmp_path)
     began = time.monotonic()
     try:
         worker = server.worker_pid()
@@ -253,9 +280,10 @@ def check_one_copy_through(
         took = time.monotonic() - began
     finally:
         sampler.stop()
-    print(f"{crash}: {sampler.samples} samples in {took:.2f} s (one every {took / sampler.samples * 1000:.1f} ms), "
-          f"the most at once {sampler.most}, leaders {sampler.leaders}")
-    assert sampler.most == {"leader": 1, "child": 1, "escaped": 1}, sampler.most
+    samples, gap, most = sampler.result["samples"], sampler.result["gap"], sampler.result["most"]
+    print(f"{crash}: {samples} samples in {took:.2f} s, the longest gap {gap * 1000:.1f} ms, "
+          f"the most at once {most}, leaders {sampler.leaders}")
+    assert most == {"leader": 1, "child": 1, "escaped": 1}, most
     assert sampler.leaders[0] == first[0] and len(sampler.leaders) == 3
     assert f"run 1: ended what still ran of its previous attempt (pids {first[0]}" in again.log, again.log
     assert again.stop() == 0
