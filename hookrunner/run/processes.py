@@ -10,6 +10,7 @@ where a poll finds it, and the worker reaps those orphans when they exit.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import subprocess
@@ -156,22 +157,30 @@ def _holds(pid: int, pipe: str) -> bool:
 
 
 def send(process: ProcessId, sig: signal.Signals) -> bool:
-    """Signal `process` if it is still that process; through a pidfd, so that the pid cannot be given to
-    another process between the check and the signal. Returns whether it was sent."""
-    try:
-        fd = os.pidfd_open(process.pid)
-    except OSError:
-        return False  # gone
+    """Signal `process` if it is still that process; through a pidfd where the kernel has them, so that the
+    pid cannot be given to another process between the check and the signal. Returns whether it was sent."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    fd = -1
+    if pidfd_open is not None:
+        try:
+            fd = pidfd_open(process.pid)
+        except OSError as exc:
+            if exc.errno != errno.ENOSYS:
+                return False  # gone
     try:
         stat = _stat(process.pid)
         if stat is None or stat.start != process.start:
             return False
-        signal.pidfd_send_signal(fd, sig)
+        if fd >= 0:
+            signal.pidfd_send_signal(fd, sig)
+        else:  # no pidfds (not Linux, or a kernel before 5.3): as close as a pid allows
+            os.kill(process.pid, sig)
         return True
     except OSError:
         return False
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 def become_subreaper() -> bool:

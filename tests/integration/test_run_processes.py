@@ -259,6 +259,7 @@ def check_one_copy_through(
     sampler = Sampler(marker, tmp_path)
     began = time.monotonic()
     try:
+        assert wait_until(lambda: sampler.leaders == first, timeout=10)  # sampling before the crash
         worker = server.worker_pid()
         if crash == "worker":
             os.kill(worker, signal.SIGKILL)
@@ -271,12 +272,13 @@ def check_one_copy_through(
             again = start(tmp_path, servers, replay_hooks(marker, gate), *flags)
         # A request that comes while the replay ends the previous attempt waits its turn (max-concurrency 1).
         push_until_accepted(again, "/hooks/long")
-        assert again.wait_for_log("replaying run 1 of hook long", timeout=20), again.log
-        assert wait_until(lambda: len(sampler.leaders) >= 2, timeout=20), again.log
-        assert wait_until(lambda: sorted(marked(marker).values()) == ["child", "escaped", "leader"], timeout=15)
+        assert again.wait_for_log("replaying run 1 of hook long", timeout=30), again.log
+        assert wait_until(lambda: len(sampler.leaders) >= 2, timeout=30), again.log
+        assert wait_until(lambda: sorted(marked(marker).values()) == ["child", "escaped", "leader"], timeout=30)
         time.sleep(0.5)
-        gate.touch()  # the replay ends, then the queued request runs, then it ends
-        assert wait_until(lambda: len(sampler.leaders) >= 3 and not marked(marker), timeout=30), sampler.leaders
+        gate.touch()  # the replay ends, then the queued request runs (too briefly to be sure to be sampled)
+        finished = "finished handling long"
+        assert wait_until(lambda: again.log.count(finished) == 2 and not marked(marker), timeout=30), again.log
         took = time.monotonic() - began
     finally:
         sampler.stop()
@@ -284,7 +286,7 @@ def check_one_copy_through(
     print(f"{crash}: {samples} samples in {took:.2f} s, the longest gap {gap * 1000:.1f} ms, "
           f"the most at once {most}, leaders {sampler.leaders}")
     assert most == {"leader": 1, "child": 1, "escaped": 1}, most
-    assert sampler.leaders[0] == first[0] and len(sampler.leaders) == 3
+    assert sampler.leaders[0] == first[0] and len(sampler.leaders) in (2, 3), sampler.leaders
     assert f"run 1: ended what still ran of its previous attempt (pids {first[0]}" in again.log, again.log
     assert again.stop() == 0
 
