@@ -391,7 +391,8 @@ def _run(config: Config, listener: Listener, admin: AdminListener | None = None)
         for path in registry.files:
             log.output(f"setting up file watcher for {path}")
 
-    runner = CommandRunner(config.command_timeout, config.max_concurrent_commands)
+    # Only the worker, whose every child is a command, runs commands: it adopts their orphans.
+    runner = CommandRunner(config.command_timeout, config.max_concurrent_commands, adopt_orphans=True)
     app = create_app(config, registry, runner)
     base = f"/{config.urlprefix}" if config.urlprefix else ""
     context: ssl.SSLContext | None = None

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import secrets
+import select
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.history import Recorder, Ticket
 from hookrunner.run.journal import Journal, LeftOver, RunSpec
+from hookrunner.run.processes import ProcessTracker, end_previous_attempt
 from hookrunner.run.scheduler import Busy, Scheduler
 
 #: How Go's syscall package words the signals a command most often dies of.
@@ -102,6 +104,28 @@ def _exit_text(returncode: int) -> str:
     return f"signal: {name}"
 
 
+def create_temp(folder: str, pattern: str) -> tuple[int, str]:
+    """A new file, 0600, named as Go's os.CreateTemp(folder, pattern) names it: the random part, the
+    decimal digits of a random uint32, replaces the pattern's last `*` or follows it; in `folder`, or else
+    $TMPDIR or /tmp. Returns its descriptor and name; an OSError's strerror is Go's error text."""
+    if "/" in pattern:
+        raise OSError(0, f"createtemp {pattern}: pattern contains path separator")
+    prefix, star, suffix = pattern.rpartition("*")
+    if not star:
+        prefix, suffix = pattern, ""
+    folder = folder or os.environ.get("TMPDIR") or "/tmp"
+    prefix = folder + prefix if folder.endswith("/") else f"{folder}/{prefix}"
+    for _ in range(10000):
+        name = f"{prefix}{secrets.randbits(32)}{suffix}"
+        try:
+            return os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), name
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise OSError(exc.errno, f"open {name}: {go_errno_text(exc)}") from exc
+    raise OSError(0, f"createtemp {prefix}*{suffix}: file already exists")
+
+
 def prepare(hook: Hook, req: Request) -> RunSpec:
     """What a run of `hook` for `req` starts: argv, the hook's variables, its files' contents, its folder."""
     argv = [hook.execute_command]
@@ -135,10 +159,17 @@ class CommandRunner:
     """Runs hook commands, each in its own process group, within timeouts and concurrency limits."""
 
     def __init__(
-        self, command_timeout: float = 0.0, max_concurrent: int = 0, kill_grace: float = 5.0
+        self,
+        command_timeout: float = 0.0,
+        max_concurrent: int = 0,
+        kill_grace: float = 5.0,
+        adopt_orphans: bool = False,
     ) -> None:
+        """`adopt_orphans`: the serving worker, whose only children are commands, makes itself their
+        subreaper (run/processes.py), so that no process a run starts escapes it."""
         self.command_timeout = command_timeout
         self.kill_grace = kill_grace
+        self._tracker = ProcessTracker(adopt_orphans)
         #: How a request waits for the run whose output it answers with. A serving worker whose requests
         #: are greenlets replaces it with a wait that does not block its event loop (greenworker).
         self.wait_for: Callable[[Future[CommandResult]], CommandResult] = Future.result
@@ -206,7 +237,8 @@ class CommandRunner:
 
     def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int:
         """Admit the runs a previous process left unfinished, oldest first, under the limits of their hooks
-        as they are now; returns how many were admitted."""
+        as they are now; returns how many were admitted. What is still running of a run's previous attempt
+        is ended first, on the run's place under its hook's limits, so that no two copies run at once."""
         journal = self.journal
         if journal is None:
             return 0
@@ -214,43 +246,53 @@ class CommandRunner:
         for left in left_overs:
             spec = left.spec
             hook = find(spec.hook_id)
+            run_id = left.run_id
             history = self.history
             ticket = history.ticket(spec.request_id, spec.hook_id) if history is not None else None
-            if hook is None:
-                log.output(f"not replaying run {left.run_id} of hook {spec.hook_id}: no such hook any more")
-                journal.finished([left.run_id], "not replayed: no such hook")
-                _refused(ticket, "not replayed: no such hook")
+            if hook is None or not hook.replay:
+                why = "no such hook" if hook is None else "replay is false"
+                log.output(
+                    f"not replaying run {run_id} of hook {spec.hook_id}: "
+                    + ("no such hook any more" if hook is None else "the hook has replay: false")
+                )
+                if left.processes:
+                    # Its output has no reader and its timeout no keeper any more: it is ended all the same.
+                    threading.Thread(
+                        target=self._end_previous, args=(left,), name="end-previous", daemon=True
+                    ).start()
+                journal.finished([run_id], f"not replayed: {why}")
+                _refused(ticket, f"not replayed: {why}")
                 continue
-            if not hook.replay:
-                log.output(f"not replaying run {left.run_id} of hook {hook.id}: the hook has replay: false")
-                journal.finished([left.run_id], "not replayed: replay is false")
-                _refused(ticket, "not replayed: replay is false")
-                continue
-            log.output(f"replaying run {left.run_id} of hook {hook.id}, accepted at {_utc(left.accepted_at)}")
+            log.output(f"replaying run {run_id} of hook {hook.id}, accepted at {_utc(left.accepted_at)}")
             if history is not None:
                 history.replaying(spec.request_id, spec.hook_id, left.accepted_at)
             metrics.record_journal("replayed")
-            run_id = left.run_id
-            future, how = self._scheduler.submit(
-                hook.id,
-                hook.limits,
-                lambda hook=hook, spec=spec, run_id=run_id, ticket=ticket: self._journaled_run(  # type: ignore[misc]
-                    hook, spec, run_id, ticket
-                ),
-                admitted=True,
-            )
+
+            def again(
+                hook: Hook = hook, left: LeftOver = left, ticket: Ticket | None = ticket
+            ) -> CommandResult:
+                self._end_previous(left)
+                return self._journaled_run(hook, left.spec, left.run_id, ticket)
+
+            future, how = self._scheduler.submit(hook.id, hook.limits, again, admitted=True)
             self._track(future, run_id, how)
             _admitted(ticket, future, "replayed")
             replayed += 1
         return replayed
 
+    def _end_previous(self, left: LeftOver) -> None:
+        if not left.processes:
+            return
+        ended = end_previous_attempt(left.processes, self.kill_grace)
+        if ended:
+            pids = " ".join(str(process.pid) for process in ended)
+            log.output(f"run {left.run_id}: ended what still ran of its previous attempt (pids {pids})")
+
     def _journaled_run(
         self, hook: Hook, spec: RunSpec, run_id: int | None, ticket: Ticket | None = None
     ) -> CommandResult:
-        if run_id is not None and self.journal is not None:
-            self.journal.running(run_id)
         try:
-            return self.execute(hook, spec, ticket)
+            return self.execute(hook, spec, run_id, ticket)
         except Exception as exc:  # noqa: BLE001 - a background command must never die silently
             log.request(spec.request_id, f"error running command: {exc}")
             return CommandResult(b"", str(exc))
@@ -287,7 +329,7 @@ class CommandRunner:
 
     def _guarded_run(self, hook: Hook, req: Request, ticket: Ticket | None = None) -> CommandResult:
         try:
-            return self.execute(hook, prepare(hook, req), ticket)
+            return self.execute(hook, prepare(hook, req), ticket=ticket)
         except Exception as exc:  # noqa: BLE001 - a background command must never die silently
             log.request(req.id, f"error running command: {exc}")
             return CommandResult(b"", str(exc))
@@ -296,20 +338,23 @@ class CommandRunner:
         """Run the hook's command for this request and wait for it."""
         return self.execute(hook, prepare(hook, req))
 
-    def execute(self, hook: Hook, spec: RunSpec, ticket: Ticket | None = None) -> CommandResult:
-        """Run a prepared run (from a request, or replayed from the journal) and wait for it; its record in
-        the run history (`ticket`) is told when it starts and ends."""
+    def execute(
+        self, hook: Hook, spec: RunSpec, run_id: int | None = None, ticket: Ticket | None = None
+    ) -> CommandResult:
+        """Run a prepared run (from a request, or replayed from the journal) and wait for it; `run_id`: its
+        journal row, where its processes are recorded; its record in the run history (`ticket`) is told
+        when it starts and ends."""
         if ticket is None:
-            return self._execute(hook, spec)
+            return self._execute(hook, spec, run_id)
         ticket.started(spec)
         result = CommandResult(b"", "error running command")
         try:
-            result = self._execute(hook, spec)
+            result = self._execute(hook, spec, run_id)
         finally:
             ticket.finished(result.output, result.error, cancelled=self._closing)
         return result
 
-    def _execute(self, hook: Hook, spec: RunSpec) -> CommandResult:
+    def _execute(self, hook: Hook, spec: RunSpec, run_id: int | None = None) -> CommandResult:
         rid = spec.request_id
         try:
             path = resolve_command(hook)
@@ -326,9 +371,9 @@ class CommandRunner:
         files: list[str] = []
         for envname, data in spec.files:
             try:
-                fd, name = tempfile.mkstemp(prefix=envname, dir=spec.cwd or None)
+                fd, name = create_temp(spec.cwd, envname)
             except OSError as exc:
-                log.request(rid, f"error creating temp file [{exc}]")
+                log.request(rid, f"error creating temp file [{exc.strerror}]")
                 continue
             log.request(rid, f"writing env {envname} file {name}")
             try:
@@ -354,7 +399,7 @@ class CommandRunner:
         )
         timeout = hook.command_timeout or self.command_timeout
         started = time.monotonic()
-        output, error = self._spawn(path, argv, env, cwd or None, timeout, rid)
+        output, error = self._spawn(path, argv, env, cwd or None, timeout, rid, run_id)
         metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
         text = output.decode("utf-8", "replace")
         log.request(rid, f"command output: {text}\n", hook=hook.id, event="command_output")
@@ -370,13 +415,21 @@ class CommandRunner:
         return CommandResult(output, error)
 
     def _spawn(
-        self, path: str, argv: list[str], env: dict[str, str], cwd: str | None, timeout: float, rid: str
+        self,
+        path: str,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        timeout: float,
+        rid: str,
+        run_id: int | None = None,
     ) -> tuple[bytes, str | None]:
         with self._lock:
             if self._closing:
                 return b"", "not started: hookrunner is shutting down"
-        try:
-            process = subprocess.Popen(
+
+        def spawn() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
                 argv,
                 executable=path,
                 cwd=cwd,
@@ -384,47 +437,64 @@ class CommandRunner:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: a timeout or shutdown ends all of it
+                start_new_session=True,  # its own group and session: a timeout or shutdown ends all of it
             )
+
+        journal = self.journal if run_id is not None else None
+        found = None if journal is None else (lambda process: journal.add_process(run_id or 0, process))
+        try:
+            process, run = self._tracker.start(spawn, found)
         except OSError as exc:
             return b"", f"fork/exec {path}: {go_errno_text(exc)}"
+        if journal is not None and run_id is not None:
+            journal.started(run_id, run.leader)
         with self._lock:
             self._processes.add(process)
             closing = self._closing
         if closing:
-            # Shutdown took its list of processes while this one was being started.
-            _signal_group(process.pid, signal.SIGKILL)
+            # Shutdown took its list of runs while this one was being started.
+            self._tracker.end([run], 0.0, time.sleep)
+        assert process.stdout is not None
+        output = _Output(process.stdout.fileno())
         timed_out = False
+        deadline = time.monotonic() + timeout if timeout else None
         try:
+            # The output is read until every holder of the pipe has closed it, and then the command is
+            # waited for, as webhook does; with a timeout, both within it. A shutdown that ended the
+            # run's processes gives the rest of the output a second.
+            ended = output.read(deadline, self._is_closing) and _wait(process, deadline, self._is_closing)
+            if not ended:
+                if self._is_closing():
+                    output.read(time.monotonic() + 1.0)
+                else:
+                    timed_out = True
+                    log.request(rid, f"command timed out after {timeout:g}s; terminating its process group")
+                    self._tracker.end([run], self.kill_grace, output.spend)
+                    # Everything of the run is gone: what is still in the pipe comes at once. A holder
+                    # the run could not be told by gets no more than a second.
+                    output.read(time.monotonic() + 1.0)
+            process.stdout.close()
             try:
-                output, _ = process.communicate(timeout=timeout or None)
+                process.wait(timeout=None if not (timed_out or self._is_closing()) else 5.0)
             except subprocess.TimeoutExpired:
-                timed_out = True
-                log.request(rid, f"command timed out after {timeout:g}s; terminating its process group")
-                output = self._stop_group(process)
+                _signal_group(process.pid, signal.SIGKILL)
+                process.wait()
         finally:
+            self._tracker.done(run)
             with self._lock:
                 self._processes.discard(process)
         if timed_out:
-            return output, f"command timed out after {timeout:g}s ({_exit_text(process.returncode)})"
+            return output.data, f"command timed out after {timeout:g}s ({_exit_text(process.returncode)})"
         if process.returncode != 0:
-            return output, _exit_text(process.returncode)
-        return output, None
+            return output.data, _exit_text(process.returncode)
+        return output.data, None
 
-    def _stop_group(self, process: subprocess.Popen[bytes]) -> bytes:
-        """TERM the whole group, then KILL it if it is still there after the grace period."""
-        _signal_group(process.pid, signal.SIGTERM)
-        try:
-            output, _ = process.communicate(timeout=self.kill_grace)
-        except subprocess.TimeoutExpired:
-            _signal_group(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
-        # Children that ignored TERM and outlived the leader still belong to the group.
-        _signal_group(process.pid, signal.SIGKILL)
-        return output
+    def _is_closing(self) -> bool:
+        return self._closing
 
     def shutdown(self, grace: float) -> None:
-        """Wait up to `grace` seconds for running and queued commands, then kill what is left."""
+        """Wait up to `grace` seconds for running and queued commands, then kill what is left: every process
+        of every running run, those that left its process group included."""
         if self._scheduler.wait_idle(max(grace, 0.0)):
             return
         with self._lock:
@@ -434,7 +504,57 @@ class CommandRunner:
             self.history.cancel_open("cancelled: hookrunner stopped before it ended (-shutdown-timeout)")
         for process in leftovers:
             log.output(f"shutdown: killing the process group of command {process.pid}")
-            _signal_group(process.pid, signal.SIGKILL)
+        self._tracker.end(self._tracker.runs, 0.0, time.sleep)
+
+
+class _Output:
+    """A run's combined output, read from its pipe with a deadline: a process that holds the pipe open never
+    holds the reader past it."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._chunks: list[bytes] = []
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        self.eof = False
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self._chunks)
+
+    def read(self, deadline: float | None, stop: Callable[[], bool] = lambda: False) -> bool:
+        """Read until end of file (returns True), or until `deadline` or `stop()` (False)."""
+        while not self.eof:
+            wait = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+            if wait <= 0 or stop():
+                return False
+            if not self._poll.poll(wait * 1000):
+                continue
+            chunk = os.read(self._fd, 65536)
+            if chunk:
+                self._chunks.append(chunk)
+            else:
+                self.eof = True
+        return True
+
+    def spend(self, seconds: float) -> None:
+        """Spend `seconds` reading (sleeping once the output has ended)."""
+        deadline = time.monotonic() + seconds
+        if self.read(deadline):
+            time.sleep(max(deadline - time.monotonic(), 0.0))
+
+
+def _wait(process: subprocess.Popen[bytes], deadline: float | None, stop: Callable[[], bool]) -> bool:
+    """Wait for the command to exit, until `deadline` or `stop()`; returns whether it exited."""
+    while True:
+        wait = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+        if wait <= 0 or stop():
+            return process.poll() is not None
+        try:
+            process.wait(timeout=wait)
+            return True
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _admitted(ticket: Ticket | None, future: Future[CommandResult], how: str) -> None:

@@ -4,8 +4,10 @@ process left accepted or running are run again by the next one (docs/operations.
 A SQLite file (standard library) in WAL mode with synchronous=FULL: a run's row is on disk before its
 request is answered. Each row is a run ready to start again: hook id, request id, argv, the hook's
 environment variables, the contents of its files and its working directory. Rows go accepted -> running ->
-finished; a finished row keeps only its ids, times and exit status (the spec, which holds the payload's
-secrets, is dropped and its bytes zeroed), and finished rows are pruned to the newest `keep`.
+finished; a running row also names its attempt's processes (pid and start time, run/processes.py), so that
+a replay can end what is still running of it first; a finished row keeps only its ids, times and exit status
+(the spec, which holds the payload's secrets, is dropped and its bytes zeroed), and finished rows are pruned
+to the newest `keep`.
 
 Each row names its owner: the serving process that accepted it (a boot id shared by all the workers of one
 start, and the worker's pid). A worker claims, once at start and atomically, the unfinished rows whose owner
@@ -32,9 +34,11 @@ from typing import TypeVar
 
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
+from hookrunner.run.processes import ProcessId
 
-#: The schema this hookrunner writes; a journal with a higher PRAGMA user_version is refused.
-SCHEMA_VERSION = 1
+#: The schema this hookrunner writes; a journal with a higher PRAGMA user_version is refused, one with a
+#: lower one is brought up to it. 2: each run's `processes`, the attempt's leader first.
+SCHEMA_VERSION = 2
 FILE_NAME = "journal.sqlite3"
 LOCK_NAME = "journal.lock"
 
@@ -56,14 +60,15 @@ CREATE TABLE IF NOT EXISTS runs (
     state TEXT NOT NULL,
     owner TEXT NOT NULL,
     spec TEXT NOT NULL,
-    exit_status TEXT
+    exit_status TEXT,
+    processes TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS runs_state ON runs (state, id);
 """
 
 #: A finished run is never started again: its spec (argv, variables, files: the payload's secrets) is
 #: dropped, and secure_delete (set at open) zeroes the bytes it took.
-_FINISH = "UPDATE runs SET state = ?, exit_status = ?, spec = '' WHERE id = ?"
+_FINISH = "UPDATE runs SET state = ?, exit_status = ?, spec = '', processes = '[]' WHERE id = ?"
 
 
 class JournalError(Exception):
@@ -117,6 +122,8 @@ class LeftOver:
     run_id: int
     accepted_at: float
     spec: RunSpec
+    #: The processes of its last attempt, as recorded (the leader first); empty when it never started.
+    processes: tuple[ProcessId, ...] = ()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -168,6 +175,9 @@ class Journal:
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA secure_delete=ON")
             self._db.executescript(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
+            if "processes" not in columns:  # a version 1 journal
+                self._db.execute("ALTER TABLE runs ADD COLUMN processes TEXT NOT NULL DEFAULT '[]'")
             if version < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._db.execute("SELECT count(*) FROM runs").fetchone()
@@ -231,6 +241,31 @@ class Journal:
             lambda: self._db.execute("UPDATE runs SET state = ? WHERE id = ?", (RUNNING, run_id)),
         )
 
+    def started(self, run_id: int, leader: ProcessId) -> None:
+        """An attempt of the run started: its leader process is recorded (replacing an earlier attempt's)."""
+        self._guard(
+            "mark a run running",
+            lambda: self._db.execute(
+                "UPDATE runs SET state = ?, processes = ? WHERE id = ?",
+                (RUNNING, _processes_json([leader]), run_id),
+            ),
+        )
+
+    def add_process(self, run_id: int, process: ProcessId) -> None:
+        """A process of the run's attempt was found outside its leader's group: it is recorded too."""
+
+        def add() -> None:
+            row = self._db.execute("SELECT processes FROM runs WHERE id = ? AND state = ?", (run_id, RUNNING))
+            found = row.fetchone()
+            if found is None:
+                return
+            processes = [*_processes_from(found[0]), process]
+            self._db.execute(
+                "UPDATE runs SET processes = ? WHERE id = ?", (_processes_json(processes), run_id)
+            )
+
+        self._guard("record a run's process", add)
+
     def finished(self, run_ids: list[int], exit_status: str) -> None:
         if not run_ids:
             return
@@ -272,17 +307,18 @@ class Journal:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 rows = self._db.execute(
-                    "SELECT id, hook, request_id, accepted_at, owner, spec FROM runs "
+                    "SELECT id, hook, request_id, accepted_at, owner, spec, processes FROM runs "
                     "WHERE state IN (?, ?) ORDER BY id",
                     (ACCEPTED, RUNNING),
                 ).fetchall()
                 claimed: list[LeftOver] = []
-                for run_id, hook, request_id, accepted_at, owner, spec in rows:
+                for run_id, hook, request_id, accepted_at, owner, spec, processes in rows:
                     boot, _, pid = str(owner).rpartition(":")
                     if boot == self.boot_id and pid.isdigit() and owner != me and _pid_alive(int(pid)):
                         continue  # a live sibling worker's run
                     try:
-                        left = LeftOver(run_id, accepted_at, RunSpec.from_json(hook, request_id, spec))
+                        run_spec = RunSpec.from_json(hook, request_id, spec)
+                        left = LeftOver(run_id, accepted_at, run_spec, tuple(_processes_from(processes)))
                     except (ValueError, KeyError, TypeError):
                         log.output(f"run journal: run {run_id} of hook {hook} cannot be read; not replayed")
                         self._db.execute(_FINISH, (FINISHED, "unreadable", run_id))
@@ -307,6 +343,18 @@ class Journal:
             "count runs", lambda: self._db.execute(query).fetchall()
         )
         return {str(state): int(n) for state, n in (rows or [])}
+
+
+def _processes_json(processes: list[ProcessId]) -> str:
+    return json.dumps([[process.pid, process.start] for process in processes])
+
+
+def _processes_from(text: str) -> list[ProcessId]:
+    """The recorded processes; a value that cannot be read counts as none recorded."""
+    try:
+        return [ProcessId(int(pid), int(start)) for pid, start in json.loads(text or "[]")]
+    except (ValueError, TypeError):
+        return []
 
 
 def lock_state_dir(state_dir: str) -> int | None:

@@ -1,6 +1,7 @@
 """The command runner: path lookup, argv[0], HOOK_ environment, private temp files, Go's error texts."""
 
 import os
+import re
 import stat
 import sys
 import textwrap
@@ -13,7 +14,8 @@ from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.command import resolve_command
 from hookrunner.hooks.model import Hook
 from hookrunner.hooks.request import Request
-from hookrunner.run.executor import CommandRunner, _decode_base64
+from hookrunner.run.executor import CommandRunner, _decode_base64, create_temp
+from hookrunner.run.processes import identify
 
 
 def request(**payload: object) -> Request:
@@ -245,3 +247,81 @@ def test_runs_still_queued_when_shutdown_gives_up_start_nothing(tmp_path: Path) 
 def test_base64_decodes_as_go_std_encoding(text: str, decoded: bytes) -> None:
     assert _decode_base64(text) == decoded
 
+
+
+def test_temp_files_are_named_as_go_names_them(tmp_path: Path) -> None:
+    names = []
+    for _ in range(50):
+        fd, name = create_temp(str(tmp_path), "HOOK_DATA")
+        os.close(fd)
+        assert stat.S_IMODE(os.stat(name).st_mode) == 0o600
+        digits = name.removeprefix(f"{tmp_path}/HOOK_DATA")
+        # os.CreateTemp: the decimal digits of a random uint32, no padding.
+        assert digits.isdigit() and str(int(digits)) == digits and int(digits) < 2**32, name
+        names.append(name)
+    assert len(set(names)) == 50
+    fd, name = create_temp(str(tmp_path) + "/", "pre*.json")  # the last * is replaced, the folder's / kept
+    os.close(fd)
+    assert re.fullmatch(re.escape(f"{tmp_path}/pre") + r"\d+\.json", name), name
+
+
+def test_temp_file_errors_are_gos(tmp_path: Path) -> None:
+    with pytest.raises(OSError) as missing:
+        create_temp(str(tmp_path / "nope"), "HOOK_X")
+    assert re.fullmatch(re.escape(f"open {tmp_path}/nope/HOOK_X") + r"\d+: no such file or directory",
+                        missing.value.strerror), missing.value.strerror
+    with pytest.raises(OSError) as separator:
+        create_temp(str(tmp_path), "A/B")
+    assert separator.value.strerror == "createtemp A/B: pattern contains path separator"
+
+
+def test_without_a_folder_temp_files_go_to_tmpdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    fd, name = create_temp("", "HOOK_X")
+    os.close(fd)
+    assert name.startswith(f"{tmp_path}/HOOK_X")
+
+
+ESCAPING = """
+import os, sys, time
+print("started", flush=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(sys.argv[1], "w") as out:
+            out.write(str(os.getpid()))
+        time.sleep(60)  # holds stdout and stderr
+    os._exit(0)
+time.sleep(60)
+"""
+
+
+def test_a_timeout_ends_a_grandchild_that_left_the_session_and_holds_the_output(tmp_path: Path) -> None:
+    pidfile = tmp_path / "escaped.pid"
+    hook = Hook(
+        id="h",
+        execute_command=sys.executable,
+        pass_arguments=(Argument("string", "-c"), Argument("string", ESCAPING), Argument("string", str(pidfile))),
+        command_timeout=1.0,
+    )
+    runner = CommandRunner()
+    started = time.monotonic()
+    result = runner.run(hook, request())
+    took = time.monotonic() - started
+    assert 1.0 <= took <= 2.0, took
+    assert result.output == b"started\n"
+    assert result.error == "command timed out after 1s (signal: terminated)"
+    escaped = int(pidfile.read_text())
+    assert identify(escaped) is None  # gone (at most a zombie of init is left)
+    assert runner.running == 0
+
+
+def test_a_timeout_holds_for_a_command_that_closed_its_output_and_runs_on(tmp_path: Path) -> None:
+    script = tmp_path / "quiet"
+    script.write_text("#!/bin/sh\necho bye\nexec >&- 2>&-\nsleep 30\n")
+    script.chmod(0o755)
+    runner = CommandRunner(kill_grace=0.3)
+    started = time.monotonic()
+    result = runner.run(Hook(id="h", execute_command=str(script), command_timeout=0.5), request())
+    assert time.monotonic() - started < 2.0
+    assert (result.output, result.error) == (b"bye\n", "command timed out after 0.5s (signal: terminated)")

@@ -21,6 +21,7 @@ import pytest
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.journal import FILE_NAME, SCHEMA_VERSION, Journal, JournalError, RunSpec, open_journal
+from hookrunner.run.processes import ProcessId
 
 SECRET = "s3cr3t-token-value"
 
@@ -207,7 +208,8 @@ def test_a_journal_from_a_newer_version_is_refused(tmp_path: Path, logged: io.St
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
     db.commit()
     db.close()
-    with pytest.raises(JournalError, match=r"written by a newer hookrunner \(schema version 2, this one knows 1\)"):
+    newer = rf"written by a newer hookrunner \(schema version {SCHEMA_VERSION + 1}, this one knows {SCHEMA_VERSION}\)"
+    with pytest.raises(JournalError, match=newer):
         Journal(str(tmp_path), "boot-2")
     assert open_journal(str(tmp_path), "boot-2", 10) is None
     assert "written by a newer hookrunner" in logged.getvalue()
@@ -344,3 +346,57 @@ def test_a_sigkill_in_the_middle_of_a_journal_write_loses_no_acknowledged_run(tm
         assert len(seen) == len(set(seen))
         assert acknowledged <= set(seen) <= attempted, (sorted(acknowledged), sorted(seen))
         assert all(len(dict(run.spec.files)["HOOK_BLOB"]) == 1 << 20 for run in left)
+
+
+def test_each_attempts_processes_come_back_with_the_left_over_run(tmp_path: Path) -> None:
+    first = Journal(str(tmp_path / "state"), "boot-1")
+    started, never = first.record(spec(1)), first.record(spec(2))
+    assert started is not None and never is not None
+    first.started(started, ProcessId(101, 5000))
+    first.add_process(started, ProcessId(202, 5100))
+    first.add_process(never, ProcessId(303, 5200))  # a run not running records nothing
+    assert first.counts() == {"running": 1, "accepted": 1}
+    first.close()
+
+    second = Journal(str(tmp_path / "state"), "boot-2")
+    left = {x.run_id: x.processes for x in second.claim_left_overs()}
+    assert left == {started: (ProcessId(101, 5000), ProcessId(202, 5100)), never: ()}
+    # A new attempt replaces the previous one's processes; a finished run keeps none.
+    second.started(started, ProcessId(404, 6000))
+    row = "SELECT processes FROM runs WHERE id = ?"
+    assert second._db.execute(row, (started,)).fetchone() == ("[[404, 6000]]",)
+    second.finished([started], "exit status 0")
+    assert second._db.execute(row, (started,)).fetchone() == ("[]",)
+    second.close()
+
+
+def test_a_version_1_journal_is_brought_to_the_current_schema_and_its_runs_replayed(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    db = sqlite3.connect(state / FILE_NAME)
+    db.executescript(
+        """
+        CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT, hook TEXT NOT NULL, request_id TEXT NOT NULL,
+            accepted_at REAL NOT NULL, state TEXT NOT NULL, owner TEXT NOT NULL, spec TEXT NOT NULL,
+            exit_status TEXT);
+        CREATE INDEX runs_state ON runs (state, id);
+        PRAGMA user_version=1;
+        """
+    )
+    db.execute(
+        "INSERT INTO runs (hook, request_id, accepted_at, state, owner, spec) VALUES (?, ?, ?, ?, ?, ?)",
+        ("deploy", "req-1", 1.0, "running", "old-boot:1", spec(1).to_json()),
+    )
+    db.commit()
+    db.close()
+    journal = Journal(str(state), "boot-2")
+    left = journal.claim_left_overs()
+    assert [(x.spec, x.processes) for x in left] == [(spec(1), ())]
+    journal.started(left[0].run_id, ProcessId(7, 8))
+    journal.close()
+    db = sqlite3.connect(state / FILE_NAME)
+    try:
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        assert db.execute("SELECT processes FROM runs").fetchone() == ("[[7, 8]]",)
+    finally:
+        db.close()

@@ -1,0 +1,457 @@
+"""The processes of a run, found and ended whatever they do (Linux /proc): a command's descendants that leave
+its process group and session (setsid, a double fork) are still the run's, and each process is named by its
+pid and start time, so that a pid the kernel has given to another process is never taken for it.
+
+The serving worker makes itself a child subreaper (prctl PR_SET_CHILD_SUBREAPER): an orphaned descendant
+is re-parented to the worker, not to init, so every process a run starts stays in the worker's subtree,
+where a poll finds it, and the worker reaps those orphans when they exit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+PR_SET_CHILD_SUBREAPER = 36
+
+#: How often the processes of running runs are looked for while any run is running, and how often
+#: orphans the worker adopted are looked at for reaping once none is.
+POLL_SECONDS = 0.025
+ORPHAN_POLL_SECONDS = 1.0
+#: How many pids of finished runs' processes are remembered (see ProcessTracker._retired).
+RETIRED_KEPT = 4096
+
+
+@dataclass(frozen=True)
+class ProcessId:
+    """A process, by its pid and its start time (clock ticks after boot, /proc/<pid>/stat field 22)."""
+
+    pid: int
+    start: int
+
+
+@dataclass(frozen=True)
+class _Stat:
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    start: int
+    zombie: bool
+
+    @property
+    def id(self) -> ProcessId:
+        return ProcessId(self.pid, self.start)
+
+
+def _stat(pid: int) -> _Stat | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
+    rest = data[data.rfind(b")") + 2 :].split()
+    try:  # rest[0] is field 3 (state): field n is rest[n - 3]
+        return _Stat(pid, int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), rest[0] in (b"Z", b"X"))
+    except (IndexError, ValueError):
+        return None
+
+
+def identify(pid: int) -> ProcessId | None:
+    """The process that has `pid` now, or None when there is none (or only its zombie)."""
+    stat = _stat(pid)
+    return None if stat is None or stat.zombie else stat.id
+
+
+def is_running(process: ProcessId) -> bool:
+    """Whether `process` (that very one, not a later holder of its pid) is alive and not a zombie."""
+    stat = _stat(process.pid)
+    return stat is not None and stat.start == process.start and not stat.zombie
+
+
+def _all_processes() -> dict[int, _Stat]:
+    found: dict[int, _Stat] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if name.isdigit():
+            stat = _stat(int(name))
+            if stat is not None:
+                found[stat.pid] = stat
+    return found
+
+
+def _children(pid: int) -> list[int] | None:
+    """The children of `pid` from /proc/<pid>/task/*/children; None when the kernel has no such files."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    pids: list[int] = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
+                pids.extend(int(p) for p in handle.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{task}"):
+                continue  # the thread ended
+            return None  # CONFIG_PROC_CHILDREN is off
+        except OSError:
+            continue
+    return pids
+
+
+def _subtree(root: int) -> dict[int, _Stat]:
+    """`root`'s descendants (by the children files, or a scan of all of /proc when there are none)."""
+    found: dict[int, _Stat] = {}
+    todo = [root]
+    while todo:
+        children = _children(todo.pop())
+        if children is None:
+            everything = _all_processes()
+            return {pid: stat for pid, stat in everything.items() if _descends(stat, root, everything)}
+        for pid in children:
+            stat = _stat(pid)
+            if stat is not None and pid not in found:
+                found[pid] = stat
+                todo.append(pid)
+    return found
+
+
+def _descends(stat: _Stat, root: int, everything: dict[int, _Stat]) -> bool:
+    seen: set[int] = set()
+    while stat.ppid not in seen:
+        if stat.ppid == root:
+            return True
+        seen.add(stat.pid)
+        parent = everything.get(stat.ppid)
+        if parent is None:
+            return False
+        stat = parent
+    return False
+
+
+def _holds(pid: int, pipe: str) -> bool:
+    """Whether process `pid` has a descriptor on `pipe` (as readlink names it: `pipe:[inode]`)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == pipe:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def send(process: ProcessId, sig: signal.Signals) -> bool:
+    """Signal `process` if it is still that process; through a pidfd where the kernel has them, so that the
+    pid cannot be given to another process between the check and the signal. Returns whether it was sent."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    fd = -1
+    if pidfd_open is not None:
+        try:
+            fd = pidfd_open(process.pid)
+        except OSError as exc:
+            if exc.errno != errno.ENOSYS:
+                return False  # gone
+    try:
+        stat = _stat(process.pid)
+        if stat is None or stat.start != process.start:
+            return False
+        if fd >= 0:
+            signal.pidfd_send_signal(fd, sig)
+        else:  # no pidfds (not Linux, or a kernel before 5.3): as close as a pid allows
+            os.kill(process.pid, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def become_subreaper() -> bool:
+    """Make this process the child subreaper of its descendants; returns whether the kernel agreed."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+@dataclass(eq=False)
+class RunProcesses:
+    """One run's processes: its leader (the head of a process group and session of its own) and every
+    process found to be the run's since."""
+
+    leader: ProcessId
+    #: The run's output pipe as /proc names a descriptor on it: a process holding it is the run's.
+    pipe: str
+    #: Told of each process found outside the leader's group (the journal records it).
+    on_found: Callable[[ProcessId], None] | None = None
+    _members: set[ProcessId] = field(default_factory=set)
+    # The poll and an ending run add members from two threads.
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._members.add(self.leader)
+
+    @property
+    def members(self) -> frozenset[ProcessId]:
+        with self._lock:
+            return frozenset(self._members)
+
+    def add(self, process: ProcessId) -> bool:
+        """Count `process` as the run's; returns whether it was new."""
+        with self._lock:
+            new = process not in self._members
+            self._members.add(process)
+        return new
+
+    def running(self) -> list[ProcessId]:
+        return [process for process in self.members if is_running(process)]
+
+
+class ProcessTracker:
+    """The processes of every running run of this worker, kept up to date by a poll while any runs."""
+
+    def __init__(self, adopt_orphans: bool = False) -> None:
+        #: Whether this process makes itself a subreaper (only a process whose every child is a command's:
+        #: the reaper would otherwise take the exit status of a child that someone else waits for).
+        self.adopt_orphans = adopt_orphans
+        self._lock = threading.Lock()
+        self._runs: list[RunProcesses] = []
+        self._leaders: set[int] = set()  # pids whose exit status their Popen waits for: never reaped here
+        # The pids of the processes of finished runs (the newest RETIRED_KEPT): an adopted orphan in a
+        # process group or session one of them heads belongs to a finished run (a daemon it started), not
+        # to a running one.
+        self._retired: dict[int, None] = {}
+        self._subreaper_of = 0  # the pid that made itself subreaper (a forked worker must do it again)
+        self._poller: threading.Thread | None = None
+
+    def start(
+        self, spawn: Callable[[], subprocess.Popen[bytes]], on_found: Callable[[ProcessId], None] | None
+    ) -> tuple[subprocess.Popen[bytes], RunProcesses]:
+        """Start a run's leader with `spawn` and track it. The pid is known as a leader before the reaper
+        can see it exit, so its exit status stays its Popen's."""
+        with self._lock:
+            if self.adopt_orphans and self._subreaper_of != os.getpid():
+                become_subreaper()
+                self._subreaper_of = os.getpid()
+            process = spawn()
+            stat = _stat(process.pid)
+            leader = ProcessId(process.pid, stat.start if stat is not None else 0)
+            pipe = f"pipe:[{os.fstat(process.stdout.fileno()).st_ino}]" if process.stdout is not None else ""
+            run = RunProcesses(leader, pipe, on_found)
+            self._runs.append(run)
+            self._leaders.add(process.pid)
+            if self._poller is None:
+                self._poller = threading.Thread(target=self._poll, name="run-processes", daemon=True)
+                self._poller.start()
+        return process, run
+
+    def done(self, run: RunProcesses) -> None:
+        """The run is over and its leader waited for: what it left running is no longer looked after
+        (a daemon it started on purpose is left alone, as webhook leaves it)."""
+        with self._lock:
+            if run in self._runs:
+                self._runs.remove(run)
+            self._leaders.discard(run.leader.pid)
+            for process in run.members:
+                self._retired[process.pid] = None
+            while len(self._retired) > RETIRED_KEPT:
+                del self._retired[next(iter(self._retired))]
+
+    @property
+    def runs(self) -> list[RunProcesses]:
+        with self._lock:
+            return list(self._runs)
+
+    def refresh(self, everywhere: bool = False) -> None:
+        """Find the runs' new processes: in this worker's subtree, or with `everywhere` in all of /proc,
+        also by the descriptors they hold on a run's output (slower: done when a run is ended)."""
+        me = os.getpid()
+        snapshot = _all_processes() if everywhere else _subtree(me)
+        with self._lock:
+            runs = list(self._runs)
+        _attribute(snapshot, runs, me, self._adopting(), everywhere)
+
+    def end(self, runs: Sequence[RunProcesses], grace: float, wait: Callable[[float], None]) -> None:
+        """TERM every process of `runs` (none when `grace` is 0), KILL those left after `grace`, and wait
+        until none is left (bounded). `wait(seconds)` is how the caller spends the time (reading output)."""
+        self.refresh(everywhere=True)
+        if grace > 0:
+            _signal_all(runs, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(run.running() for run in runs):
+                wait(min(0.05, max(deadline - time.monotonic(), 0.0)))
+                self.refresh()
+                _signal_all(runs, signal.SIGTERM, only_new=True)
+        # Whatever is left, and whatever forks while this goes on, is killed until nothing is left.
+        deadline = time.monotonic() + 2.0
+        while True:
+            _signal_all(runs, signal.SIGKILL)
+            if not any(run.running() for run in runs) or time.monotonic() >= deadline:
+                break
+            wait(0.02)
+            self.refresh(everywhere=True)
+
+    def _adopting(self) -> frozenset[int] | None:
+        """The retired group ids when this process adopts orphans, else None."""
+        if not self.adopt_orphans:
+            return None
+        with self._lock:
+            return frozenset(self._retired)
+
+    def _poll(self) -> None:
+        me = os.getpid()
+        while True:
+            with self._lock:
+                running = bool(self._runs)
+            snapshot = _subtree(me)
+            if running:
+                with self._lock:
+                    runs = list(self._runs)
+                _attribute(snapshot, runs, me, self._adopting(), False)
+            adopted = self._reap(snapshot, me)
+            if not running and not adopted:
+                with self._lock:
+                    if not self._runs:
+                        self._poller = None
+                        return
+                continue
+            time.sleep(POLL_SECONDS if running else ORPHAN_POLL_SECONDS)
+
+    def _reap(self, snapshot: dict[int, _Stat], me: int) -> bool:
+        """Reap the adopted orphans that exited; returns whether any adopted orphan is still alive."""
+        if not self.adopt_orphans:
+            return False
+        alive = False
+        with self._lock:
+            for stat in snapshot.values():
+                if stat.ppid != me or stat.pid in self._leaders:
+                    continue
+                if not stat.zombie:
+                    alive = True
+                    continue
+                try:
+                    os.waitpid(stat.pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+        return alive
+
+
+def _attribute(
+    snapshot: dict[int, _Stat],
+    runs: Sequence[RunProcesses],
+    me: int,
+    retired: frozenset[int] | None,
+    by_pipe: bool,
+) -> None:
+    """Add to each run the processes of `snapshot` that are its: known members, members of its leader's
+    group or session, children of its processes, and (`by_pipe`) holders of its output. When this process
+    adopts orphans (`retired` is not None), an adopted orphan whose parent was never seen is the run's when
+    only one running run is older than it, unless it is in a group or session of a finished run's."""
+    if not runs:
+        return
+    by_id = {member: run for run in runs for member in run.members}
+    by_group = {run.leader.pid: run for run in runs}
+    owner: dict[int, RunProcesses | None] = {}
+
+    def owner_of(pid: int) -> RunProcesses | None:
+        if pid in owner:
+            return owner[pid]
+        stat = snapshot.get(pid)
+        owner[pid] = None  # a guard against a parent loop in a torn snapshot
+        if stat is None or stat.zombie or pid == me:
+            return None
+        run = by_id.get(stat.id) or by_group.get(stat.pgid) or by_group.get(stat.sid)
+        if run is None and stat.ppid != me:
+            run = owner_of(stat.ppid)
+        if run is None and retired is not None and stat.ppid == me and not {stat.pgid, stat.sid} & retired:
+            older = [r for r in runs if r.leader.start <= stat.start]
+            run = older[0] if len(older) == 1 else None
+        if run is None and by_pipe:
+            run = next((r for r in runs if r.pipe and _holds(pid, r.pipe)), None)
+        owner[pid] = run
+        return run
+
+    for pid in snapshot:
+        run = owner_of(pid)
+        if run is None:
+            continue
+        process = snapshot[pid].id
+        if run.add(process):
+            if run.on_found is not None and snapshot[pid].pgid != run.leader.pid:
+                run.on_found(process)
+
+
+def _signal_all(runs: Iterable[RunProcesses], sig: signal.Signals, only_new: bool = False) -> None:
+    for run in runs:
+        if not only_new:
+            try:
+                os.killpg(run.leader.pid, sig)  # the leader's group, members not seen yet included
+            except OSError:
+                pass
+        for process in run.running():
+            send(process, sig)
+
+
+def previous_attempt(recorded: Sequence[ProcessId]) -> list[ProcessId]:
+    """What is still running of an attempt whose processes were recorded (by a worker that is gone): the
+    recorded processes that are still those processes, the processes of the leader's group and session,
+    and their descendants."""
+    if not recorded:
+        return []
+    everything = _all_processes()
+    leader = recorded[0]
+    now = everything.get(leader.pid)
+    # The leader's pid names its group and session only while it is not another process's pid.
+    group = now is None or now.start == leader.start
+    found = {p.pid for p in recorded if (s := everything.get(p.pid)) is not None and s.start == p.start}
+    for stat in everything.values():
+        if group and leader.pid in (stat.pgid, stat.sid) and stat.start >= leader.start:
+            found.add(stat.pid)
+    changed = True
+    while changed:
+        changed = False
+        for stat in everything.values():
+            if stat.pid not in found and stat.ppid in found:
+                found.add(stat.pid)
+                changed = True
+    return [everything[pid].id for pid in sorted(found) if not everything[pid].zombie]
+
+
+def end_previous_attempt(recorded: Sequence[ProcessId], grace: float) -> list[ProcessId]:
+    """End what is left of a previous attempt: TERM, then KILL after `grace`; returns what was found
+    running (nothing: nothing was done). Returns once none of it runs (bounded by grace + 5 s)."""
+    found = previous_attempt(recorded)
+    if not found:
+        return []
+    for process in found:
+        send(process, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    left = found
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)
+        left = [p for p in previous_attempt([recorded[0], *left]) if is_running(p)]
+    deadline = time.monotonic() + 5.0
+    while left and time.monotonic() < deadline:
+        for process in left:
+            send(process, signal.SIGKILL)
+        time.sleep(0.02)
+        left = [p for p in previous_attempt([recorded[0], *left]) if is_running(p)]
+    return found

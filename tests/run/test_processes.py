@@ -1,0 +1,214 @@
+"""A run's processes in /proc: named by pid and start time, found outside their group and session, ended
+(TERM, then KILL after the grace); and the subreaper, which adopts orphans and reaps them without taking
+the exit status of a command its Popen waits for."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from hookrunner.run.processes import (
+    ProcessId,
+    _stat,
+    end_previous_attempt,
+    identify,
+    is_running,
+    previous_attempt,
+    send,
+)
+
+
+def wait_gone(pids: list[int], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(identify(pid) for pid in pids):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_process_is_named_by_pid_and_start_even_with_parentheses_in_its_name(tmp_path: Path) -> None:
+    odd = tmp_path / "a) b (c"
+    shutil.copy("/bin/sleep", odd)
+    child = subprocess.Popen([str(odd), "30"])
+    try:
+        time.sleep(0.1)
+        stat = _stat(child.pid)
+        assert stat is not None
+        assert (stat.ppid, stat.pgid, stat.zombie) == (os.getpid(), os.getpgid(0), False)
+        me = _stat(os.getpid())
+        assert me is not None and stat.start >= me.start
+        process = identify(child.pid)
+        assert process == ProcessId(child.pid, stat.start) and is_running(process)
+        # The same pid with another start time is another process: never taken for it, never signalled.
+        impostor = ProcessId(child.pid, stat.start + 1)
+        assert not is_running(impostor)
+        assert not send(impostor, signal.SIGKILL)
+        time.sleep(0.1)
+        assert is_running(process)
+        assert send(process, signal.SIGTERM)
+        child.wait(timeout=5)
+        assert identify(child.pid) is None and not is_running(process)
+    finally:
+        child.kill()
+        child.wait()
+
+
+# A previous attempt as a dead worker leaves it: a leader in a session of its own with a child in its group,
+# and a grandchild that left for a session of its own (its pid printed). With "stubborn", all ignore TERM.
+ATTEMPT = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    if sys.argv[1] == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.fork() == 0:
+        os.setsid()
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        print(pid, flush=True)
+        os._exit(0)
+    if os.fork() == 0:
+        time.sleep(60)
+        os._exit(0)
+    time.sleep(60)
+    """
+)
+
+
+def previous(kind: str) -> tuple[subprocess.Popen[bytes], list[int]]:
+    leader = subprocess.Popen([sys.executable, "-c", ATTEMPT, kind], stdout=subprocess.PIPE, start_new_session=True)
+    assert leader.stdout is not None
+    escaped = int(leader.stdout.readline())
+    time.sleep(0.2)
+    return leader, [leader.pid, escaped]
+
+
+def test_what_still_runs_of_a_previous_attempt_is_found_and_ended(tmp_path: Path) -> None:
+    leader, (leader_pid, escaped) = previous("plain")
+    try:
+        recorded = [identify(leader_pid), identify(escaped)]
+        assert None not in recorded
+        found = previous_attempt(recorded)  # type: ignore[arg-type]
+        group = [p.pid for p in found if p.pid not in (leader_pid, escaped)]
+        # The leader, the escaped one (recorded), and the group's child (found by its group).
+        assert {leader_pid, escaped} <= {p.pid for p in found} and len(group) == 1
+        began = time.monotonic()
+        ended = end_previous_attempt(recorded, grace=5.0)  # type: ignore[arg-type]
+        assert sorted(p.pid for p in ended) == sorted(p.pid for p in found)
+        assert time.monotonic() - began < 2.0  # TERM was enough: no wait for the grace
+        leader.wait(timeout=5)
+        assert wait_gone([escaped, *group])
+    finally:
+        leader.kill()
+        leader.wait()
+        leader.stdout.close()  # type: ignore[union-attr]
+
+
+def test_a_previous_attempt_that_ignores_term_is_killed_after_the_grace() -> None:
+    leader, pids = previous("stubborn")
+    try:
+        recorded = [identify(pid) for pid in pids]
+        began = time.monotonic()
+        assert end_previous_attempt(recorded, grace=0.5)  # type: ignore[arg-type]
+        took = time.monotonic() - began
+        assert 0.5 <= took < 3.0, took
+        assert leader.wait(timeout=5) == -signal.SIGKILL
+        assert wait_gone(pids)
+    finally:
+        leader.kill()
+        leader.wait()
+        leader.stdout.close()  # type: ignore[union-attr]
+
+
+def test_a_recorded_pid_now_held_by_another_process_is_left_alone() -> None:
+    other = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        now = identify(other.pid)
+        assert now is not None
+        # Recorded for an attempt whose leader had this pid before: it started at another time.
+        assert previous_attempt([ProcessId(other.pid, now.start - 1)]) == []
+        assert end_previous_attempt([ProcessId(other.pid, now.start - 1)], grace=0.1) == []
+        assert is_running(now)
+    finally:
+        other.kill()
+        other.wait()
+
+
+# In a process of its own (a subreaper adopts every orphan below it, which pytest must not): a run's leader
+# double-forks an orphan that exits after 0.3 s, and itself exits with status 3 after 0.8 s.
+SUBREAPER = textwrap.dedent(
+    """
+    import json, os, subprocess, sys, time
+    from hookrunner.run.processes import ProcessTracker, _stat, _subtree
+    code = (
+        "import os, sys, time\\n"
+        "if os.fork() == 0:\\n"
+        "    if os.fork() == 0:\\n"
+        "        time.sleep(0.3); os._exit(0)\\n"
+        "    os._exit(0)\\n"
+        "time.sleep(0.8); sys.exit(3)\\n"
+    )
+    tracker = ProcessTracker(adopt_orphans=True)
+    spawn = lambda: subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    process, run = tracker.start(spawn, None)
+    time.sleep(0.15)
+    me = os.getpid()
+    adopted = [p for p, s in _subtree(me).items() if s.ppid == me and p != process.pid]
+    members = sorted(m.pid for m in run.members)
+    time.sleep(0.5)  # the orphan has exited: the poll reaps it
+    zombies = [p for p, s in _subtree(me).items() if s.zombie and s.ppid == me and p != process.pid]
+    code = process.wait()
+    tracker.done(run)
+    print(json.dumps({"adopted": adopted, "members": members, "zombies": zombies, "status": code}))
+    """
+)
+
+
+def test_the_subreaper_adopts_orphans_reaps_them_and_keeps_its_commands_exit_status() -> None:
+    out = subprocess.run([sys.executable, "-c", SUBREAPER], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert len(seen["adopted"]) == 1, seen  # the orphan came to the subreaper, not to init
+    assert seen["adopted"][0] in seen["members"], seen  # and was found to be the run's
+    assert seen["zombies"] == [], seen
+    assert seen["status"] == 3, seen
+
+
+def test_which_run_a_process_belongs_to() -> None:
+    from hookrunner.run.processes import RunProcesses, _attribute
+    from hookrunner.run.processes import _Stat as S
+
+    me = 100
+    found: list[ProcessId] = []
+    a = RunProcesses(ProcessId(200, 1000), "pipe:[1]", found.append)
+    snapshot = {
+        200: S(200, me, 200, 200, 1000, False),  # a's leader
+        201: S(201, 200, 200, 200, 1001, False),  # in its group
+        202: S(202, 201, 202, 202, 1002, False),  # left the session, child of a member: the run's
+        203: S(203, me, 203, 203, 1003, False),  # an orphan the worker adopted, newer than a: a's
+        150: S(150, me, 150, 150, 900, False),  # adopted before a started: not a's
+        204: S(204, 202, 202, 202, 1004, False),  # a zombie is nobody's
+    }
+    snapshot[204] = S(204, 202, 202, 202, 1004, True)
+    _attribute(snapshot, [a], me, frozenset(), False)
+    assert {p.pid for p in a.members} == {200, 201, 202, 203}
+    # Told of those outside the leader's group only (the journal records them).
+    assert sorted(p.pid for p in found) == [202, 203]
+
+    # Without adopting orphans, an orphan is nobody's; in a group or session a finished run's process
+    # heads (a daemon it left), nobody's either; with two running runs older than it, it cannot be told.
+    orphan = {203: S(203, me, 203, 777, 1003, False)}
+    for retired, runs in ((None, 1), (frozenset({777}), 1), (frozenset(), 2)):
+        one = RunProcesses(ProcessId(200, 1000), "")
+        two = RunProcesses(ProcessId(300, 999), "")
+        _attribute(orphan, [one, two][:runs], me, retired, False)
+        assert one.members == {one.leader} and two.members == {two.leader}, (retired, runs)
