@@ -84,7 +84,8 @@ _LISTED = (
 )
 _ONE = (*_LISTED, "argv", "env", "files", "cwd", "pid", "output")
 
-#: How many events between two applications of the retention rules.
+#: At most how many events between two applications of the retention rules; a small -state-keep is applied
+#: more often (every tenth of it), so the history never holds more than about 1.1 times what it keeps.
 _PRUNE_EVERY = 100
 
 
@@ -98,6 +99,7 @@ class HistoryStore:
         self.boot = f"{os.getpid()}.{time.time_ns()}"
         self._lock = threading.Lock()
         self._since_prune = 0
+        self._prune_every = max(1, min(_PRUNE_EVERY, self.keep // 10))
         #: The hooks each worker last said it serves, by file: {file: {"hooks": [...], "loaded_at": t}}.
         self._hooks: dict[str, dict[str, Any]] = {}
         self._db = sqlite3.connect(
@@ -144,7 +146,7 @@ class HistoryStore:
                     if isinstance(entry, dict) and isinstance(entry.get("file"), str):
                         self._hooks[entry["file"]] = entry
         self._since_prune += 1
-        if self._since_prune >= _PRUNE_EVERY:
+        if self._since_prune >= self._prune_every:
             self.prune()
 
     def _apply_run(self, event: Event) -> None:

@@ -184,7 +184,7 @@ def test_across_a_restart_with_state_dir(tmp_path: Path, servers: list[Server]) 
 
 def test_retention_follows_state_keep(tmp_path: Path, servers: list[Server]) -> None:
     server, admin = start(tmp_path, servers, [python_hook("ok", "pass")], "-state-keep", "3")
-    for n in range(110):  # the store prunes every hundred events
+    for n in range(110):  # with -state-keep 3 the store prunes at every event
         trigger(server, "ok", f"r{n}")
     assert wait_until(lambda: "r109" in admin.outcomes() and len(admin.outcomes()) <= 30, timeout=30)
     assert server.stop() == 0
