@@ -172,7 +172,11 @@ class CommandRunner:
         answered."""
         journal = self.journal
         if journal is None or not journal.enabled:
-            future, how = self._scheduler.submit(hook.id, hook.limits, lambda: self._guarded_run(hook, req))
+            # A queued run keeps what its command needs (argv, variables, files), not the request.
+            spec = prepare(hook, req)
+            future, how = self._scheduler.submit(
+                hook.id, hook.limits, lambda: self._journaled_run(hook, spec, None)
+            )
             if how != "started":
                 log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
             return future
@@ -260,13 +264,6 @@ class CommandRunner:
     def start(self, hook: Hook, req: Request) -> None:
         """Run in the background (webhook's `go handleHook`); raises Busy like submit."""
         self.submit(hook, req)
-
-    def _guarded_run(self, hook: Hook, req: Request) -> CommandResult:
-        try:
-            return self.run(hook, req)
-        except Exception as exc:  # noqa: BLE001 - a background command must never die silently
-            log.request(req.id, f"error running command: {exc}")
-            return CommandResult(b"", str(exc))
 
     def run(self, hook: Hook, req: Request) -> CommandResult:
         """Run the hook's command for this request and wait for it."""

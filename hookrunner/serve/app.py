@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import random
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from flask import Flask, request
@@ -55,6 +57,21 @@ from hookrunner.serve.answers import (
     read_body,
 )
 from hookrunner.serve.proxies import forwarded_client, parse_networks
+
+#: Bodies at least this long are parsed by `Parsing.run` (off the gevent worker's event loop); shorter ones
+#: take less time to parse than to hand to a thread.
+PARSE_ELSEWHERE_BYTES = 64 * 1024
+
+
+class Parsing:
+    """Where a big body is parsed: here by default (a threaded worker's request thread). The gevent worker
+    sets `run` to a call on a native thread of its own pool, so that its one event loop keeps serving
+    every other connection while a body of megabytes is parsed (docs/limits.md, robustness)."""
+
+    @staticmethod
+    def run(work: Callable[[], Any]) -> Any:
+        return work()
+
 
 #: WSGI keys that are not request headers in Go's sense (Go moves Host and Transfer-Encoding out).
 _NOT_HEADERS = {"HTTP_HOST", "HTTP_TRANSFER_ENCODING"}
@@ -409,12 +426,16 @@ class HookApp:
             req.body = read_body(rid) if direct else request.get_data(cache=False)
 
         try:
+            parse: Callable[[bytes], dict[str, Any] | None] | None = None
             if "json" in content_type:
-                req.payload = parse_json_payload(req.body)
+                parse = parse_json_payload
             elif "x-www-form-urlencoded" in content_type:
-                req.payload = parse_form_payload(req.body)
+                parse = parse_form_payload
             elif "xml" in content_type:
-                req.payload = parse_xml_payload(req.body)
+                parse = parse_xml_payload
+            if parse is not None:
+                big = len(req.body) >= PARSE_ELSEWHERE_BYTES
+                req.payload = Parsing.run(partial(parse, req.body)) if big else parse(req.body)
             elif multipart:
                 names = {a.name for a in hook.json_parameters if a.source == "payload"}
                 # Under -debug the dumper has already read the body into memory.

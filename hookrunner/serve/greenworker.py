@@ -12,6 +12,7 @@ docs/performance.md for what this buys and docs/operations.md for the choice bet
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import ssl
 import sys
@@ -27,11 +28,14 @@ import gevent.pool
 import gevent.server
 import gevent.socket
 import gevent.ssl
+import gevent.threadpool
 from gevent.hub import Waiter
 from gunicorn import http, util
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
 
+from hookrunner.ops.log import log
+from hookrunner.serve.app import Parsing
 from hookrunner.serve.worker import DeadlineSocket, WebhookWorker, ctx, handshake_expired, shutdown_reading
 
 T = TypeVar("T")
@@ -44,6 +48,18 @@ TICK = 0.1
 #: it, it waits this long at most instead of 5 ms. Measured (docs/performance.md): async p99 -15%,
 #: capture p99 -8%, no change in throughput.
 SWITCH_INTERVAL = 0.0002
+
+#: Native threads parsing big request bodies at once; more wait their turn (each is busy on the CPU).
+PARSE_THREADS = 2
+
+#: How long one greenlet may keep the loop before it lets the others run: a client whose bytes are
+#: already buffered (pipelined requests, a body sent as fast as it is read) never waits in a read, so
+#: without this it would be served to its end while every other connection waits.
+SLICE = 0.002
+
+#: Go's backoff after a failed accept (net/http's Serve): 5 ms, doubled up to 1 s.
+ACCEPT_RETRY_FIRST = 0.005
+ACCEPT_RETRY_MAX = 1.0
 
 #: How long the unread rest of a request body may take to drain before the connection is kept alive;
 #: gunicorn's threaded worker allows as much.
@@ -89,6 +105,70 @@ def write(sock: Any, data: bytes, chunked: bool = False) -> None:
     sent = sock.send(data)
     if sent < len(data):
         sock.sendall(memoryview(data)[sent:])
+
+
+_slice_started = time.monotonic()
+
+
+def share_loop() -> None:
+    """Let the loop serve other connections when SLICE has passed since the last time this let it (cheap
+    when it has not: a clock read). Called between reads and between requests of a connection."""
+    global _slice_started
+    now = time.monotonic()
+    if now - _slice_started >= SLICE:
+        gevent.sleep(0)
+        _slice_started = time.monotonic()
+
+
+class _Listener(gevent.server.StreamServer):
+    """gevent's server with Go's handling of a failed accept (at the descriptor limit, say): one log line
+    in net/http's words, then a retry after a growing pause, where gevent prints a traceback each time."""
+
+    _retry = ACCEPT_RETRY_FIRST
+
+    def do_read(self) -> Any:
+        try:
+            accepted = super().do_read()
+        except OSError as exc:
+            if self.is_fatal_error(exc):
+                raise
+            delay = self._retry
+            self._retry = min(delay * 2, ACCEPT_RETRY_MAX)
+            reason = accept_error_text(self.socket, exc)
+            log.output(f"http: Accept error: {reason}; retrying in {go_ms(delay)}")
+            self.stop_accepting()
+            gevent.spawn_later(delay, self._resume)
+            return None
+        self._retry = ACCEPT_RETRY_FIRST
+        return accepted
+
+    def _resume(self) -> None:
+        if self.started:
+            self.start_accepting()
+
+
+def accept_error_text(listener: Any, exc: OSError) -> str:
+    """Go's *net.OpError text for a failed accept: `accept tcp 127.0.0.1:9000: accept4: too many open
+    files`."""
+    try:
+        address = listener.getsockname()
+    except OSError:
+        address = ""
+    if listener.family == socket.AF_UNIX:
+        where = f"unix {address.decode() if isinstance(address, bytes) else address}"
+    elif listener.family == socket.AF_INET6:
+        where = f"tcp [{address[0]}]:{address[1]}"
+    else:
+        where = f"tcp {address[0]}:{address[1]}"
+    reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+    return f"accept {where}: accept4: {reason}"
+
+
+def go_ms(seconds: float) -> str:
+    """A duration as Go's time.Duration prints the accept backoff: `5ms`, `1s`."""
+    if seconds >= 1:
+        return f"{seconds:g}s"
+    return f"{round(seconds * 1000):d}ms"
 
 
 class _RequestReader:
@@ -139,6 +219,7 @@ class _RequestReader:
         return self._caller_timeout
 
     def recv(self, size: int) -> bytes:
+        share_loop()
         if self.waiting:
             return self._first_bytes(size)
         if self._draining or self._deadline is None:
@@ -204,18 +285,27 @@ class GreenWorker(WebhookWorker, GeventWorker):
         ctx.runner.wait_for = wait_for_run
         util.write = write
         sys.setswitchinterval(SWITCH_INTERVAL)
+        # Big bodies are parsed on native threads: the loop keeps the GIL every SWITCH_INTERVAL meanwhile.
+        parsers = gevent.threadpool.ThreadPool(PARSE_THREADS)
+        Parsing.run = staticmethod(lambda work: parsers.apply(work))  # type: ignore[method-assign]
         super().init_process()
 
     def request_local(self) -> Any:
         return gevent.local.local()
+
+    def linger(self, seconds: float) -> None:
+        gevent.sleep(seconds)
 
     def run(self) -> None:
         servers: list[gevent.server.StreamServer] = []
         pools: list[gevent.pool.Pool] = []
         for listener in self.sockets:
             listener.setblocking(True)
-            pool = gevent.pool.Pool(self.worker_connections)
-            server = gevent.server.StreamServer(listener, handle=partial(self.handle, listener), spawn=pool)
+            # No cap on connections short of the descriptor limit, as net/http has none: a pool of
+            # worker_connections would leave every client past it waiting in the kernel's backlog.
+            pool = gevent.pool.Pool(None)
+            handle = partial(self.handle, listener)
+            server: gevent.server.StreamServer = _Listener(listener, handle=handle, spawn=pool)
             if self.cfg.workers > 1:
                 server.max_accept = 1  # leave the next connection to another worker
             server.start()
@@ -228,7 +318,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
             server.close()  # accept nothing more
 
         def busy() -> bool:
-            return any(pool.free_count() != pool.size for pool in pools)
+            return any(len(pool) for pool in pools)
 
         deadline = time.monotonic() + self.cfg.graceful_timeout
         while busy():
@@ -278,6 +368,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
                 if not parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS):
                     break
                 reader.next_request()
+                share_loop()  # pipelined requests are served in turn with other connections
         except (http.errors.NoMoreData, StopIteration):
             pass  # the client went away, or the connection is not to be kept alive
         except ssl.SSLError as exc:

@@ -114,13 +114,64 @@ class HeadExpectationFailed(http_errors.ExpectationFailed):
     """An unknown Expect on a HEAD request: net/http's 417 then has no Content-Length (no body written)."""
 
 
+#: net/http's bound on a request's head, the request line and the headers together: DefaultMaxHeaderBytes
+#: (1 MB) plus the 4096 bytes its buffered reader may hold on top. A longer head is answered 431.
+MAX_HEAD_BYTES = (1 << 20) + 4096
+
+
+class HeadTooLarge(http_errors.LimitRequestHeaders):
+    """The head passed MAX_HEAD_BYTES: 431, then the connection is closed as net/http closes it."""
+
+
 class GoRequest(gunicorn.http.message.Request):
-    """gunicorn's request, its header block read as net/http reads it (go_header_block)."""
+    """gunicorn's request, its head read under net/http's bound as the bytes arrive, each byte scanned
+    once, and its header block read as net/http reads it (go_header_block)."""
 
     go_problem = ""
     #: `Expect: 100-continue` was asked for: `100 Continue` is sent at the first read of the body
     #: (ContinueOnRead), where gunicorn would send it before the app runs.
     go_expects_continue = False
+
+    def parse(self, unreader: Any) -> bytes:
+        if getattr(self, "_use_fast", False) or self.cfg.proxy_protocol != "off":
+            return bytes(super().parse(unreader))  # not this server's configuration: gunicorn's way
+        buf = bytearray()
+        self.read_into(unreader, buf, stop=True)
+        # RFC 9112 2.2: one empty line before the request line is ignored (gunicorn's rule, kept).
+        while buf[:1] == b"\r" and len(buf) < 2:
+            self.read_into(unreader, buf)
+        begin = 2 if buf[:2] == b"\r\n" else 0
+        # The request line: answered as soon as it is complete, before the headers arrive.
+        searched = begin
+        while True:
+            end = buf.find(b"\r\n", max(begin, searched - 1))
+            if buf.find(b"\n", searched, end if end >= 0 else len(buf)) >= 0:
+                raise http_errors.InvalidRequestLine("bare LF as line terminator")
+            if end >= 0:
+                break
+            _check_head_size(len(buf))
+            searched = len(buf)
+            self.read_into(unreader, buf)
+        self.parse_request_line(bytes(buf[begin:end]))
+        # The headers, up to the empty line; the bound counts the request line too, as Go's does.
+        begin = searched = end + 2
+        while True:
+            if buf[begin : begin + 2] == b"\r\n":
+                _check_head_size(begin + 2)
+                self.unreader.unread(bytes(buf[begin + 2 :]))
+                return b""
+            end = buf.find(b"\r\n\r\n", max(begin, searched - 3))
+            if end >= 0:
+                break
+            scan = max(begin, searched - 1)
+            if buf.count(b"\n", searched) != buf.count(b"\r\n", scan):
+                raise http_errors.InvalidHeader("bare LF as line terminator")
+            _check_head_size(len(buf))
+            searched = len(buf)
+            self.read_into(unreader, buf)
+        _check_head_size(end + 4)
+        self.headers = self.parse_headers(bytes(buf[begin:end]), from_trailer=False)
+        return bytes(buf[end + 4 :])
 
     def parse_headers(self, data: bytes, from_trailer: bool = False) -> Any:
         if from_trailer:
@@ -157,6 +208,11 @@ class GoRequest(gunicorn.http.message.Request):
         if len(lengths) > 1 and len({headers[i][1].strip(" \t") for i in lengths}) == 1:
             self.headers = [h for i, h in enumerate(headers) if i not in lengths[1:]]
         super().set_body_reader()
+
+
+def _check_head_size(size: int) -> None:
+    if size > MAX_HEAD_BYTES:
+        raise HeadTooLarge(f"request head over {MAX_HEAD_BYTES} bytes")
 
 
 class ContinueOnRead:
