@@ -12,12 +12,14 @@ docs/performance.md for what this buys and docs/operations.md for the choice bet
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import socket
 import ssl
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
 from typing import Any, TypeVar
@@ -118,6 +120,28 @@ def share_loop() -> None:
     if now - _slice_started >= SLICE:
         gevent.sleep(0)
         _slice_started = time.monotonic()
+
+
+_parsing = 0
+_parsing_lock = threading.Lock()
+
+
+def _without_gc(work: Callable[[], T]) -> T:
+    """`work` (a big body's parse, on a parser thread) with the cyclic garbage collector paused: the
+    millions of containers a parse builds would otherwise set off collections that walk them all while
+    holding the GIL, for up to a second each, and the loop would wait that long. Nothing a parse builds
+    is cyclic, so nothing is lost; the collector runs again once no parse is under way."""
+    global _parsing
+    with _parsing_lock:
+        _parsing += 1
+        gc.disable()
+    try:
+        return work()
+    finally:
+        with _parsing_lock:
+            _parsing -= 1
+            if not _parsing:
+                gc.enable()
 
 
 class _Listener(gevent.server.StreamServer):
@@ -287,7 +311,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
         sys.setswitchinterval(SWITCH_INTERVAL)
         # Big bodies are parsed on native threads: the loop keeps the GIL every SWITCH_INTERVAL meanwhile.
         parsers = gevent.threadpool.ThreadPool(PARSE_THREADS)
-        Parsing.run = staticmethod(lambda work: parsers.apply(work))  # type: ignore[method-assign]
+        Parsing.run = staticmethod(lambda work: parsers.apply(_without_gc, (work,)))  # type: ignore[method-assign]
         super().init_process()
 
     def request_local(self) -> Any:
