@@ -164,8 +164,9 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
         "graceful_timeout": math.ceil(config.shutdown_timeout) + 5,
         "timeout": 30,
         "keepalive": 5,
-        # net/http limits the request line and headers together to 1 MB. gunicorn limits the line, each
-        # field and the number of fields: a 1 MB line or field is accepted, in at most 100 fields.
+        # net/http limits the request line and headers together to 1 MB + 4 KiB: GoRequest.parse
+        # (protocol.py) enforces that as the head arrives, so gunicorn's own line limit is off. It still
+        # limits each field to 1 MB and the fields to 100.
         "limit_request_line": 0,
         "limit_request_fields": 100,
         "limit_request_field_size": 1 << 20,
