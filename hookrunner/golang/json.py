@@ -313,7 +313,14 @@ def _refuse_constant(name: str) -> Any:
 
 # The C decoder, with numbers kept as their literal text: a parse_int/parse_float hook is handed the
 # number exactly as written, so no int() or float() conversion (and no 4300-digit limit) happens.
-_C_DECODER = json.JSONDecoder(parse_int=JSONNumber, parse_float=JSONNumber, parse_constant=_refuse_constant)
+def _number(text: str) -> JSONNumber:
+    # A Python function, not the class itself: the C decoder then runs bytecode for each number, where the
+    # interpreter can hand the GIL to another thread (a decode on a parser thread does not stall the
+    # server's event loop for its whole length).
+    return JSONNumber(text)
+
+
+_C_DECODER = json.JSONDecoder(parse_int=_number, parse_float=_number, parse_constant=_refuse_constant)
 # A \uD800-\uDFFF escape: Python keeps a lone surrogate, Go turns it into U+FFFD. (It also matches an
 # escaped backslash followed by `uD8..`, which only costs a fall-back.)
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")

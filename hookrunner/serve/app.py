@@ -62,6 +62,8 @@ from hookrunner.serve.proxies import forwarded_client, parse_networks
 #: take less time to parse than to hand to a thread.
 PARSE_ELSEWHERE_BYTES = 64 * 1024
 
+_PARSED_KEY = "hookrunner.parsed_request"
+
 
 class Parsing:
     """Where a big body is parsed: here by default (a threaded worker's request thread). The gevent worker
@@ -71,6 +73,12 @@ class Parsing:
     @staticmethod
     def run(work: Callable[[], Any]) -> Any:
         return work()
+
+    @staticmethod
+    def release(parsed: list[Any]) -> None:
+        """Drop a big parsed request (the one item of `parsed`): here by default; the gevent worker frees
+        it on a parser thread, piece by piece, since freeing millions of values at once holds the GIL."""
+        parsed.clear()
 
 
 #: WSGI keys that are not request headers in Go's sense (Go moves Host and Transfer-Encoding out).
@@ -219,6 +227,9 @@ class HookApp:
             metrics.record_request(self.known_id(hook_id), metrics.ERROR)
             headers = {**self.global_headers, "X-Content-Type-Options": "nosniff"}
             response = answer(500, b"Internal Server Error\n", headers, TEXT_PLAIN)
+        parsed = request.environ.pop(_PARSED_KEY, None)
+        if parsed is not None:
+            Parsing.release([parsed])
         if request.environ.get(BODY_FAILED_KEY):
             response.headers["Connection"] = "close"  # net/http does not reuse it after a broken body
         if self.config.debug:
@@ -434,8 +445,11 @@ class HookApp:
             elif "xml" in content_type:
                 parse = parse_xml_payload
             if parse is not None:
-                big = len(req.body) >= PARSE_ELSEWHERE_BYTES
-                req.payload = Parsing.run(partial(parse, req.body)) if big else parse(req.body)
+                if len(req.body) >= PARSE_ELSEWHERE_BYTES:
+                    req.payload = Parsing.run(partial(parse, req.body))
+                    environ[_PARSED_KEY] = req  # handed to Parsing.release once answered
+                else:
+                    req.payload = parse(req.body)
             elif multipart:
                 names = {a.name for a in hook.json_parameters if a.source == "payload"}
                 # Under -debug the dumper has already read the body into memory.

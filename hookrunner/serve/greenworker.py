@@ -144,6 +144,32 @@ def _without_gc(work: Callable[[], T]) -> T:
                 gc.enable()
 
 
+#: How many values _dismantle frees at a time.
+DISMANTLE_STEP = 4096
+
+
+def _dismantle(parsed: list[Any]) -> None:
+    """Free a big parsed request on a parser thread, a few thousand values at a time, with bytecode run
+    between the steps so that the GIL passes to the event loop (freeing millions of values in one go is
+    one long C call that holds it)."""
+    stack: list[Any] = [parsed.pop()] if parsed else []
+    parsed_payload = getattr(stack[0], "payload", None) if stack else None
+    if parsed_payload is not None:
+        stack.append(parsed_payload)
+        stack[0].payload = None
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(value for value in item.values() if isinstance(value, (dict, list)))
+            item.clear()
+        elif isinstance(item, list):
+            while item:
+                step = item[-DISMANTLE_STEP:]
+                del item[-DISMANTLE_STEP:]
+                stack.extend(value for value in step if isinstance(value, (dict, list)))
+                del step
+
+
 class _Listener(gevent.server.StreamServer):
     """gevent's server with Go's handling of a failed accept (at the descriptor limit, say): one log line
     in net/http's words, then a retry after a growing pause, where gevent prints a traceback each time."""
@@ -312,6 +338,11 @@ class GreenWorker(WebhookWorker, GeventWorker):
         # Big bodies are parsed on native threads: the loop keeps the GIL every SWITCH_INTERVAL meanwhile.
         parsers = gevent.threadpool.ThreadPool(PARSE_THREADS)
         Parsing.run = staticmethod(lambda work: parsers.apply(_without_gc, (work,)))  # type: ignore[method-assign]
+
+        def release(parsed: list[Any]) -> None:
+            parsers.spawn(_dismantle, parsed)
+
+        Parsing.release = staticmethod(release)  # type: ignore[method-assign]
         super().init_process()
 
     def request_local(self) -> Any:

@@ -13,6 +13,7 @@ import gunicorn.http.message
 import gunicorn.http.wsgi
 from gunicorn import util as gunicorn_util
 from gunicorn.http import errors as http_errors
+from gunicorn.http.body import Body, ChunkedReader
 
 
 class GoResponse(gunicorn.http.wsgi.Response):
@@ -201,6 +202,12 @@ class GoRequest(gunicorn.http.message.Request):
         return super()._apply_header_policy(name, value, scheme_state, seen, *args, **kwargs)
 
     def set_body_reader(self) -> None:
+        self._set_body_reader()
+        body: Any = getattr(self, "body")  # noqa: B009 (gunicorn sets it untyped)
+        if isinstance(getattr(body, "reader", None), ChunkedReader):
+            self.body = Body(GoChunkedReader(self, self.unreader))
+
+    def _set_body_reader(self) -> None:
         # net/http reads repeated Content-Length lines as one when all are equal once trimmed (and refuses
         # unequal ones, as gunicorn does); gunicorn refuses any repeat.
         headers: list[tuple[str, str]] = getattr(self, "headers")  # noqa: B009 (gunicorn sets it untyped)
@@ -208,6 +215,49 @@ class GoRequest(gunicorn.http.message.Request):
         if len(lengths) > 1 and len({headers[i][1].strip(" \t") for i in lengths}) == 1:
             self.headers = [h for i, h in enumerate(headers) if i not in lengths[1:]]
         super().set_body_reader()
+
+
+class GoChunkedReader(ChunkedReader):
+    """gunicorn's chunked body reader, with its buffer walked by an offset: gunicorn's copies what is left
+    of its buffer for every chunk, so a body of 1-byte chunks cost time in the square of the buffer."""
+
+    def parse_chunked(self, unreader: Any) -> Any:
+        data, pos = b"", 0
+        while True:
+            searched = pos
+            while (end := data.find(b"\r\n", max(pos, searched - 1))) < 0:
+                if len(data) - pos > self.limit_chunk_size_line:
+                    raise http_errors.InvalidChunkSize(
+                        b"line over %d bytes with no terminator" % self.limit_chunk_size_line
+                    )
+                more = unreader.read()
+                if not more:
+                    raise http_errors.NoMoreData()
+                searched, data, pos = len(data) - pos, data[pos:] + more, 0
+            line, pos = data[pos : end + 2], end + 2
+            if line[:1] == b"0" and not line.strip(b"0 \t\r\n").split(b";", 1)[0]:
+                # The last chunk: gunicorn's own reader checks it and reads the trailers after it.
+                unreader.unread(data[pos:])
+                super().parse_chunk_size(unreader, data=line)
+                return
+            size = super().parse_chunk_size(unreader, data=line)[0]
+            while size > 0:
+                if pos >= len(data):
+                    data, pos = unreader.read(None, read_ahead=size), 0
+                    if not data:
+                        raise http_errors.NoMoreData()
+                piece = data[pos : pos + size]
+                pos += len(piece)
+                size -= len(piece)
+                yield piece
+            while len(data) - pos < 2:
+                more = unreader.read()
+                if not more:
+                    break
+                data, pos = data[pos:] + more, 0
+            if data[pos : pos + 2] != b"\r\n":
+                raise http_errors.ChunkMissingTerminator(data[pos : pos + 2])
+            pos += 2
 
 
 def _check_head_size(size: int) -> None:
