@@ -38,6 +38,7 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from hookrunner.ops.log import log
 from hookrunner.serve.app import Parsing
+from hookrunner.serve.protocol import GoChunkedReader
 from hookrunner.serve.worker import DeadlineSocket, WebhookWorker, ctx, handshake_expired, shutdown_reading
 
 T = TypeVar("T")
@@ -118,7 +119,9 @@ def share_loop() -> None:
     global _slice_started
     now = time.monotonic()
     if now - _slice_started >= SLICE:
-        gevent.sleep(0)
+        # Not sleep(0): that runs the other ready greenlets but does not poll the sockets, so a waiting
+        # client would not be seen. idle() returns after a turn of the loop that has polled them.
+        gevent.idle()
         _slice_started = time.monotonic()
 
 
@@ -335,6 +338,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
         ctx.runner.wait_for = wait_for_run
         util.write = write
         sys.setswitchinterval(SWITCH_INTERVAL)
+        GoChunkedReader.pause = staticmethod(share_loop)
         # Big bodies are parsed on native threads: the loop keeps the GIL every SWITCH_INTERVAL meanwhile.
         parsers = gevent.threadpool.ThreadPool(PARSE_THREADS)
         Parsing.run = staticmethod(lambda work: parsers.apply(_without_gc, (work,)))  # type: ignore[method-assign]

@@ -12,11 +12,12 @@ import os
 import resource
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 HOST = "127.0.0.1"
@@ -163,42 +164,28 @@ def push(path: str, body: bytes = b"", content_type: str = "application/json", c
 # ------------------------------------------------------------------------------------------ the probe
 
 
-@dataclass
 class Probe:
-    """A normal client: a push every `interval` on a fresh connection, each answer timed."""
+    """A normal client: a push every `interval` on a fresh connection, each answer timed. It runs in a
+    process of its own, so that the attacking threads of this process do not delay it (the GIL)."""
 
-    port: int
-    interval: float = 0.1
-    timeout: float = 10.0
-    latencies: list[float] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    def __init__(self, port: int, interval: float = 0.1, limit: float = 600) -> None:
+        self.port, self.interval, self.limit = port, interval, limit
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self._process: subprocess.Popen[bytes] | None = None
 
-    def _run(self, limit: float) -> None:
-        end = time.monotonic() + limit
-        data = push("/hooks/ping", b"{}")
-        while not self._stop.is_set() and time.monotonic() < end:
-            began = time.monotonic()
-            try:
-                answer = request(self.port, data, self.timeout)
-                if answer.startswith(b"HTTP/1.1 200 "):
-                    self.latencies.append(time.monotonic() - began)
-                else:
-                    self.failures.append(repr(answer[:40]))
-            except OSError as exc:
-                self.failures.append(repr(exc))
-            self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
-
-    def start(self, limit: float = 600) -> Probe:
-        self._thread = threading.Thread(target=self._run, args=(limit,), daemon=True)
-        self._thread.start()
+    def start(self) -> Probe:
+        argv = [sys.executable, __file__, "probe", str(self.port), str(self.interval), str(self.limit)]
+        self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         return self
 
     def stop(self) -> Probe:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.timeout + 5)
+        if self._process is not None:
+            out, _ = self._process.communicate(b"stop\n", timeout=self.limit + 30)
+            result = json.loads(out or b"{}")
+            self.latencies = result.get("latencies", [])
+            self.failures = result.get("failures", [])
+            self._process = None
         return self
 
     @property
@@ -213,6 +200,28 @@ class Probe:
 
     def summary(self) -> str:
         return f"{self.answered} answered, {len(self.failures)} failed, p99 {self.p99_ms():.1f} ms"
+
+
+def _probe_main(port: int, interval: float, limit: float) -> None:
+    """The probe's process: pushes until a line (or the end) comes on stdin, then prints the results."""
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+    latencies: list[float] = []
+    failures: list[str] = []
+    data = push("/hooks/ping", b"{}")
+    end = time.monotonic() + limit
+    while not stop.is_set() and time.monotonic() < end:
+        began = time.monotonic()
+        try:
+            answer = request(port, data, 10)
+            if answer.startswith(b"HTTP/1.1 200 "):
+                latencies.append(time.monotonic() - began)
+            else:
+                failures.append(repr(answer[:40]))
+        except OSError as exc:
+            failures.append(repr(exc))
+        stop.wait(max(0.0, interval - (time.monotonic() - began)))
+    sys.stdout.write(json.dumps({"latencies": latencies, "failures": failures}))
 
 
 @contextmanager
@@ -421,3 +430,8 @@ def background_run_survives(target: Target, marker: Path, attack: Callable[[], o
 
 def free_fds() -> int:
     return raise_fd_limit() - len(os.listdir("/proc/self/fd"))
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["probe"]:
+    raise_fd_limit()
+    _probe_main(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]))
