@@ -245,3 +245,35 @@ def test_runs_still_queued_when_shutdown_gives_up_start_nothing(tmp_path: Path) 
 def test_base64_decodes_as_go_std_encoding(text: str, decoded: bytes) -> None:
     assert _decode_base64(text) == decoded
 
+
+def test_a_queued_run_keeps_its_argv_not_the_request(tmp_path: Path) -> None:
+    """Issue 21: a run waiting in the queue holds what its command needs, and the request (with its body
+    and parsed payload) is freed as soon as it is answered."""
+    import gc
+    import weakref
+
+    from hookrunner.hooks.model import Limits
+
+    hook = Hook(
+        id="serial",
+        execute_command="/bin/sleep",
+        pass_arguments=(Argument("payload", "s"),),
+        limits=Limits(max_concurrency=1, max_queue=5),
+    )
+    runner = CommandRunner()
+    first = runner.submit(hook, request(s="0.5"))
+    queued = Request(
+        id="q",
+        method="POST",
+        remote_addr="127.0.0.1:1",
+        payload={"s": "0", "pad": "x" * 100_000},
+        body=b"x" * 100_000,
+    )
+    gone = weakref.ref(queued)
+    second = runner.submit(hook, queued)
+    del queued
+    gc.collect()
+    assert runner.queued == 1
+    assert gone() is None  # nothing in the queue refers to the request any more
+    assert first.result(timeout=10).error is None
+    assert second.result(timeout=10).error is None
