@@ -52,6 +52,9 @@ TICK = 0.1
 #: capture p99 -8%, no change in throughput.
 SWITCH_INTERVAL = 0.0002
 
+#: Allocations between two collections of the youngest generation in this worker (Python's default: 700).
+GC_THRESHOLD = 20_000
+
 #: Native threads parsing big request bodies at once; more wait their turn (each is busy on the CPU).
 PARSE_THREADS = 2
 
@@ -339,6 +342,15 @@ class GreenWorker(WebhookWorker, GeventWorker):
         util.write = write
         sys.setswitchinterval(SWITCH_INTERVAL)
         GoChunkedReader.pause = staticmethod(share_loop)
+        # Thousands of connections are thousands of greenlets, readers and parsers: with the collector's
+        # defaults a flood spends a quarter of the loop's time in collections walking every one of them,
+        # and the app, hooks and modules loaded before the fork besides. Those are set aside for good,
+        # and a young-generation collection waits for more allocations (docs/limits.md, robustness).
+        gc.freeze()
+        # gevent records where each greenlet was spawned (a walk of the stack's frames): a cost for every
+        # connection, for a debugging aid nothing here reads.
+        gevent.config.track_greenlet_tree = False
+        gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
         # Big bodies are parsed on native threads: the loop keeps the GIL every SWITCH_INTERVAL meanwhile.
         parsers = gevent.threadpool.ThreadPool(PARSE_THREADS)
         Parsing.run = staticmethod(lambda work: parsers.apply(_without_gc, (work,)))  # type: ignore[method-assign]
