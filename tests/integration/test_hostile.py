@@ -54,6 +54,12 @@ def worker_pids(target: Target) -> list[int]:
     return target.pids()[1:]
 
 
+@pytest.mark.xfail(
+    "gthread" in HOOKRUNNER_TEST_FLAGS,
+    reason="the threaded worker reads a request on one of its 64 threads: slow clients hold them all "
+    "(docs/limits.md, slow clients)",
+    strict=True,
+)
 def test_more_connections_than_the_old_cap_do_not_stop_a_normal_client(server: Target) -> None:
     """1,200 held connections (600 idle, 600 sending headers a byte a second): gunicorn's gevent worker
     used to take 1,000 and leave the rest, and the probe, in the kernel's backlog."""
