@@ -222,6 +222,10 @@ def _no_pause() -> None:
     pass
 
 
+_SIMPLE_CHUNK = re.compile(rb"([0-9a-fA-F]{1,8})\r\n")
+_PENDING_BYTES = 65536
+
+
 class GoChunkedReader(ChunkedReader):
     """gunicorn's chunked body reader, with its buffer walked by an offset (gunicorn's copies what is left
     of its buffer for every chunk), and `pause` called between chunks: a body of millions of tiny chunks
@@ -232,8 +236,25 @@ class GoChunkedReader(ChunkedReader):
 
     def parse_chunked(self, unreader: Any) -> Any:
         data, pos = b"", 0
+        pending: list[bytes] = []  # whole chunks already in the buffer, handed over together
+        held = 0
         while True:
             self.pause()
+            # The common case, a whole chunk with a plain size already in the buffer, costs one match.
+            simple = _SIMPLE_CHUNK.match(data, pos)
+            if simple is not None:
+                start = simple.end()
+                stop = start + int(simple.group(1), 16)
+                if stop > start and data[stop : stop + 2] == b"\r\n":
+                    pending.append(data[start:stop])
+                    held += stop - start
+                    pos = stop + 2
+                    if held < _PENDING_BYTES:
+                        continue
+            if pending:
+                yield b"".join(pending)
+                pending, held = [], 0
+                continue
             searched = pos
             while (end := data.find(b"\r\n", max(pos, searched - 1))) < 0:
                 if len(data) - pos > self.limit_chunk_size_line:
