@@ -132,7 +132,7 @@ _parsing = 0
 _parsing_lock = threading.Lock()
 
 
-def _without_gc(work: Callable[[], T]) -> T:
+def _without_gc(work: Callable[[], T]) -> tuple[T | None, Exception | None]:
     """`work` (a big body's parse, on a parser thread) with the cyclic garbage collector paused: the
     millions of containers a parse builds would otherwise set off collections that walk them all while
     holding the GIL, for up to a second each, and the loop would wait that long. Nothing a parse builds
@@ -142,7 +142,9 @@ def _without_gc(work: Callable[[], T]) -> T:
         _parsing += 1
         gc.disable()
     try:
-        return work()
+        return work(), None
+    except Exception as exc:  # noqa: BLE001 - handed back to the request's greenlet, raised there
+        return None, exc
     finally:
         with _parsing_lock:
             _parsing -= 1
@@ -353,7 +355,16 @@ class GreenWorker(WebhookWorker, GeventWorker):
         gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
         # Big bodies are parsed on native threads: the loop keeps the GIL every SWITCH_INTERVAL meanwhile.
         parsers = gevent.threadpool.ThreadPool(PARSE_THREADS)
-        Parsing.run = staticmethod(lambda work: parsers.apply(_without_gc, (work,)))  # type: ignore[method-assign]
+
+        def run(work: Callable[[], Any]) -> Any:
+            # The parse's own error (a body that is not JSON) comes back as a value: gevent's pool would
+            # print a traceback for an exception raised on its thread.
+            value, error = parsers.apply(_without_gc, (work,))
+            if error is not None:
+                raise error
+            return value
+
+        Parsing.run = staticmethod(run)  # type: ignore[method-assign]
 
         def release(parsed: list[Any]) -> None:
             parsers.spawn(_dismantle, parsed)

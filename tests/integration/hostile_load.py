@@ -353,7 +353,7 @@ def oversized_head(port: int, kind: str, size: int) -> tuple[bytes, float]:
 def json_body(size: int, kind: str) -> bytes:
     """`invalid`: a valid object followed by garbage; `valid`: the same without; `nested`: `[[[...0...]]]`."""
     if kind == "nested":
-        half = size // 2
+        half = (size - 1) // 2
         return b"[" * half + b"0" + b"]" * half
     items = max(1, (size - 10) // 2)
     body = b'{"a":[' + b"0," * (items - 1) + b"0]}"

@@ -123,6 +123,7 @@ def test_big_hostile_bodies_leave_others_served_and_the_worker_alive(server: Tar
     assert probe.p99_ms() < 2000, probe.summary()
     assert worker_pids(server) == worker
     assert "Worker timeout" not in server.log and "WORKER TIMEOUT" not in server.log
+    assert "Traceback" not in server.log, server.log[-3000:]
     assert server.rss_mb() < before + 300, (before, server.rss_mb())
 
 
