@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import signal
 import socket
 import ssl
@@ -248,6 +249,18 @@ def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+def raise_fd_limit() -> None:
+    """The soft limit on open files raised to the hard one, as Go 1.19+ does at start: every connection
+    holds a descriptor, and the common soft limit (1,024) would cap the clients served at once
+    (docs/limits.md, robustness)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError):
+        pass  # kept as it is, as Go keeps it when the raise is refused
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run hookrunner with `argv` (default: the process's arguments); return the exit status."""
     try:
@@ -277,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     if (config.setuid or config.setgid) and not (config.setuid and config.setgid):
         print("error: setuid and setgid options must be used together")
         return 1
+
+    raise_fd_limit()
 
     # Until the hooks are served, a stop request simply ends start-up (through the clean-up below);
     # a reload request has nothing to reload yet.

@@ -313,31 +313,48 @@ def _refuse_constant(name: str) -> Any:
 
 # The C decoder, with numbers kept as their literal text: a parse_int/parse_float hook is handed the
 # number exactly as written, so no int() or float() conversion (and no 4300-digit limit) happens.
-_C_DECODER = json.JSONDecoder(parse_int=JSONNumber, parse_float=JSONNumber, parse_constant=_refuse_constant)
+def _number(text: str) -> JSONNumber:
+    # A Python function, not the class itself: the C decoder then runs bytecode for each number, where the
+    # interpreter can hand the GIL to another thread (a decode on a parser thread does not stall the
+    # server's event loop for its whole length).
+    return JSONNumber(text)
+
+
+_C_DECODER = json.JSONDecoder(parse_int=_number, parse_float=_number, parse_constant=_refuse_constant)
 # A \uD800-\uDFFF escape: Python keeps a lone surrogate, Go turns it into U+FFFD. (It also matches an
 # escaped backslash followed by `uD8..`, which only costs a fall-back.)
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _UNCERTAIN = object()
 
 
+_LEADING_SPACE = re.compile(r"[ \t\r\n]*")
+
+
 def _loads_fast(data: bytes) -> Any:
     """The first JSON value via the C `json` module, or _UNCERTAIN when Go's decoder might differ.
 
-    It answers only for a body made of exactly one valid JSON value with optional whitespace around
-    it, in valid UTF-8, with no NaN/Infinity and no surrogate escapes: there both decoders build the same
-    value. Everything else (errors, trailing data, bad UTF-8, nesting deeper than Python's recursion
-    limit, a BOM) goes to the exact decoder, which owns Go's messages and repairs.
+    It answers only where both decoders build the same value: a first value in valid UTF-8, with no
+    NaN/Infinity and no surrogate escapes. An object, array or string ends unambiguously, so what follows
+    it (which Go's decoder never reads) may be anything; a number or literal must be the whole body.
+    Everything else (errors, bad UTF-8 in the value, nesting deeper than Python's recursion limit, a BOM)
+    goes to the exact decoder, which owns Go's messages and repairs.
     """
-    if b"\\u" in data and _SURROGATE_ESCAPE.search(data):
-        return _UNCERTAIN
+    text = data.decode("utf-8", "surrogateescape")  # bad bytes become lone surrogates, checked below
+    start = _LEADING_SPACE.match(text).end()  # type: ignore[union-attr]
     try:
-        text = data.decode("utf-8")  # strict: Go would repair bad bytes one by one
-    except UnicodeDecodeError:
-        return _UNCERTAIN
-    try:
-        return _C_DECODER.decode(text)
+        if text[start : start + 1] in ("{", "[", '"'):
+            value, end = _C_DECODER.raw_decode(text, start)
+        else:
+            value, end = _C_DECODER.decode(text), len(text)
     except (ValueError, RecursionError):  # JSONDecodeError and _NotCertain are ValueErrors
         return _UNCERTAIN
+    try:
+        raw = text[:end].encode("utf-8")  # strict: Go would repair bad bytes one by one
+    except UnicodeEncodeError:
+        return _UNCERTAIN
+    if b"\\u" in raw and _SURROGATE_ESCAPE.search(raw):
+        return _UNCERTAIN
+    return value
 
 
 def loads_json(data: str | bytes) -> Any:

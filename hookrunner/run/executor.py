@@ -207,9 +207,11 @@ class CommandRunner:
         journal = self.journal
         ticket = self.history.ticket(req.id, hook.id) if self.history is not None else None
         if journal is None or not journal.enabled:
+            # A queued run keeps what its command needs (argv, variables, files), not the request.
+            spec = prepare(hook, req)
             try:
                 future, how = self._scheduler.submit(
-                    hook.id, hook.limits, lambda: self._guarded_run(hook, req, ticket)
+                    hook.id, hook.limits, lambda: self._journaled_run(hook, spec, None, ticket)
                 )
             except Busy:
                 _refused(ticket)
@@ -326,13 +328,6 @@ class CommandRunner:
     def start(self, hook: Hook, req: Request) -> None:
         """Run in the background (webhook's `go handleHook`); raises Busy like submit."""
         self.submit(hook, req)
-
-    def _guarded_run(self, hook: Hook, req: Request, ticket: Ticket | None = None) -> CommandResult:
-        try:
-            return self.execute(hook, prepare(hook, req), ticket=ticket)
-        except Exception as exc:  # noqa: BLE001 - a background command must never die silently
-            log.request(req.id, f"error running command: {exc}")
-            return CommandResult(b"", str(exc))
 
     def run(self, hook: Hook, req: Request) -> CommandResult:
         """Run the hook's command for this request and wait for it."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import random
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from flask import Flask, request
@@ -55,6 +57,29 @@ from hookrunner.serve.answers import (
     read_body,
 )
 from hookrunner.serve.proxies import forwarded_client, parse_networks
+
+#: Bodies at least this long are parsed by `Parsing.run` (off the gevent worker's event loop); shorter ones
+#: take less time to parse than to hand to a thread.
+PARSE_ELSEWHERE_BYTES = 64 * 1024
+
+_PARSED_KEY = "hookrunner.parsed_request"
+
+
+class Parsing:
+    """Where a big body is parsed: here by default (a threaded worker's request thread). The gevent worker
+    sets `run` to a call on a native thread of its own pool, so that its one event loop keeps serving
+    every other connection while a body of megabytes is parsed (docs/limits.md, robustness)."""
+
+    @staticmethod
+    def run(work: Callable[[], Any]) -> Any:
+        return work()
+
+    @staticmethod
+    def release(parsed: list[Any]) -> None:
+        """Drop a big parsed request (the one item of `parsed`): here by default; the gevent worker frees
+        it on a parser thread, piece by piece, since freeing millions of values at once holds the GIL."""
+        parsed.clear()
+
 
 #: WSGI keys that are not request headers in Go's sense (Go moves Host and Transfer-Encoding out).
 _NOT_HEADERS = {"HTTP_HOST", "HTTP_TRANSFER_ENCODING"}
@@ -202,6 +227,9 @@ class HookApp:
             metrics.record_request(self.known_id(hook_id), metrics.ERROR)
             headers = {**self.global_headers, "X-Content-Type-Options": "nosniff"}
             response = answer(500, b"Internal Server Error\n", headers, TEXT_PLAIN)
+        parsed = request.environ.pop(_PARSED_KEY, None)
+        if parsed is not None:
+            Parsing.release([parsed])
         if request.environ.get(BODY_FAILED_KEY):
             response.headers["Connection"] = "close"  # net/http does not reuse it after a broken body
         if self.config.debug:
@@ -409,12 +437,19 @@ class HookApp:
             req.body = read_body(rid) if direct else request.get_data(cache=False)
 
         try:
+            parse: Callable[[bytes], dict[str, Any] | None] | None = None
             if "json" in content_type:
-                req.payload = parse_json_payload(req.body)
+                parse = parse_json_payload
             elif "x-www-form-urlencoded" in content_type:
-                req.payload = parse_form_payload(req.body)
+                parse = parse_form_payload
             elif "xml" in content_type:
-                req.payload = parse_xml_payload(req.body)
+                parse = parse_xml_payload
+            if parse is not None:
+                if len(req.body) >= PARSE_ELSEWHERE_BYTES:
+                    req.payload = Parsing.run(partial(parse, req.body))
+                    environ[_PARSED_KEY] = req  # handed to Parsing.release once answered
+                else:
+                    req.payload = parse(req.body)
             elif multipart:
                 names = {a.name for a in hook.json_parameters if a.source == "payload"}
                 # Under -debug the dumper has already read the body into memory.

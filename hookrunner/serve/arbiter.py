@@ -25,6 +25,7 @@ from hookrunner.ops.log import json_line, log, rfc3339_now
 from hookrunner.run.journal import lock_state_dir, new_boot_id
 from hookrunner.serve import tls
 from hookrunner.serve.greenworker import GreenWorker
+from hookrunner.serve.protocol import MAX_HEAD_BYTES
 from hookrunner.serve.threadworker import THREADS, HookWorker
 from hookrunner.serve.worker import HELD_SIGNALS, Registry, Runner, ctx
 
@@ -167,11 +168,12 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
         "graceful_timeout": math.ceil(config.shutdown_timeout) + 5,
         "timeout": 30,
         "keepalive": 5,
-        # net/http limits the request line and headers together to 1 MB. gunicorn limits the line, each
-        # field and the number of fields: a 1 MB line or field is accepted, in at most 100 fields.
+        # net/http limits the request line and headers together to 1 MB + 4 KiB: GoRequest.parse
+        # (protocol.py) enforces that as the head arrives, so gunicorn's own limits on the line and on
+        # each field are that bound too. gunicorn still takes at most 100 fields.
         "limit_request_line": 0,
         "limit_request_fields": 100,
-        "limit_request_field_size": 1 << 20,
+        "limit_request_field_size": MAX_HEAD_BYTES,
         # Go accepts what gunicorn refuses by default: headers with underscores (kept, not dropped),
         # any method token (`post` is a method of its own, answered 405 by the app), folded headers.
         "header_map": "dangerous",

@@ -12,11 +12,14 @@ docs/performance.md for what this buys and docs/operations.md for the choice bet
 from __future__ import annotations
 
 import errno
+import gc
+import os
 import socket
 import ssl
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
 from typing import Any, TypeVar
@@ -27,11 +30,15 @@ import gevent.pool
 import gevent.server
 import gevent.socket
 import gevent.ssl
+import gevent.threadpool
 from gevent.hub import Waiter
 from gunicorn import http, util
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
 
+from hookrunner.ops.log import log
+from hookrunner.serve.app import Parsing
+from hookrunner.serve.protocol import GoChunkedReader
 from hookrunner.serve.worker import DeadlineSocket, WebhookWorker, ctx, handshake_expired, shutdown_reading
 
 T = TypeVar("T")
@@ -44,6 +51,21 @@ TICK = 0.1
 #: it, it waits this long at most instead of 5 ms. Measured (docs/performance.md): async p99 -15%,
 #: capture p99 -8%, no change in throughput.
 SWITCH_INTERVAL = 0.0002
+
+#: Allocations between two collections of the youngest generation in this worker (Python's default: 700).
+GC_THRESHOLD = 20_000
+
+#: Native threads parsing big request bodies at once; more wait their turn (each is busy on the CPU).
+PARSE_THREADS = 2
+
+#: How long one greenlet may keep the loop before it lets the others run: a client whose bytes are
+#: already buffered (pipelined requests, a body sent as fast as it is read) never waits in a read, so
+#: without this it would be served to its end while every other connection waits.
+SLICE = 0.002
+
+#: Go's backoff after a failed accept (net/http's Serve): 5 ms, doubled up to 1 s.
+ACCEPT_RETRY_FIRST = 0.005
+ACCEPT_RETRY_MAX = 1.0
 
 #: How long the unread rest of a request body may take to drain before the connection is kept alive;
 #: gunicorn's threaded worker allows as much.
@@ -89,6 +111,122 @@ def write(sock: Any, data: bytes, chunked: bool = False) -> None:
     sent = sock.send(data)
     if sent < len(data):
         sock.sendall(memoryview(data)[sent:])
+
+
+_slice_started = time.monotonic()
+
+
+def share_loop() -> None:
+    """Let the loop serve other connections when SLICE has passed since the last time this let it (cheap
+    when it has not: a clock read). Called between reads and between requests of a connection."""
+    global _slice_started
+    now = time.monotonic()
+    if now - _slice_started >= SLICE:
+        # Not sleep(0): that runs the other ready greenlets but does not poll the sockets, so a waiting
+        # client would not be seen. idle() returns after a turn of the loop that has polled them.
+        gevent.idle()
+        _slice_started = time.monotonic()
+
+
+_parsing = 0
+_parsing_lock = threading.Lock()
+
+
+def _without_gc(work: Callable[[], T]) -> tuple[T | None, Exception | None]:
+    """`work` (a big body's parse, on a parser thread) with the cyclic garbage collector paused: the
+    millions of containers a parse builds would otherwise set off collections that walk them all while
+    holding the GIL, for up to a second each, and the loop would wait that long. Nothing a parse builds
+    is cyclic, so nothing is lost; the collector runs again once no parse is under way."""
+    global _parsing
+    with _parsing_lock:
+        _parsing += 1
+        gc.disable()
+    try:
+        return work(), None
+    except Exception as exc:  # noqa: BLE001 - handed back to the request's greenlet, raised there
+        return None, exc
+    finally:
+        with _parsing_lock:
+            _parsing -= 1
+            if not _parsing:
+                gc.enable()
+
+
+#: How many values _dismantle frees at a time.
+DISMANTLE_STEP = 4096
+
+
+def _dismantle(parsed: list[Any]) -> None:
+    """Free a big parsed request on a parser thread, a few thousand values at a time, with bytecode run
+    between the steps so that the GIL passes to the event loop (freeing millions of values in one go is
+    one long C call that holds it)."""
+    stack: list[Any] = [parsed.pop()] if parsed else []
+    parsed_payload = getattr(stack[0], "payload", None) if stack else None
+    if parsed_payload is not None:
+        stack.append(parsed_payload)
+        stack[0].payload = None
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(value for value in item.values() if isinstance(value, (dict, list)))
+            item.clear()
+        elif isinstance(item, list):
+            while item:
+                step = item[-DISMANTLE_STEP:]
+                del item[-DISMANTLE_STEP:]
+                stack.extend(value for value in step if isinstance(value, (dict, list)))
+                del step
+
+
+class _Listener(gevent.server.StreamServer):
+    """gevent's server with Go's handling of a failed accept (at the descriptor limit, say): one log line
+    in net/http's words, then a retry after a growing pause, where gevent prints a traceback each time."""
+
+    _retry = ACCEPT_RETRY_FIRST
+
+    def do_read(self) -> Any:
+        try:
+            accepted = super().do_read()
+        except OSError as exc:
+            if self.is_fatal_error(exc):
+                raise
+            delay = self._retry
+            self._retry = min(delay * 2, ACCEPT_RETRY_MAX)
+            reason = accept_error_text(self.socket, exc)
+            log.output(f"http: Accept error: {reason}; retrying in {go_ms(delay)}")
+            self.stop_accepting()
+            gevent.spawn_later(delay, self._resume)
+            return None
+        self._retry = ACCEPT_RETRY_FIRST
+        return accepted
+
+    def _resume(self) -> None:
+        if self.started:
+            self.start_accepting()
+
+
+def accept_error_text(listener: Any, exc: OSError) -> str:
+    """Go's *net.OpError text for a failed accept: `accept tcp 127.0.0.1:9000: accept4: too many open
+    files`."""
+    try:
+        address = listener.getsockname()
+    except OSError:
+        address = ""
+    if listener.family == socket.AF_UNIX:
+        where = f"unix {address.decode() if isinstance(address, bytes) else address}"
+    elif listener.family == socket.AF_INET6:
+        where = f"tcp [{address[0]}]:{address[1]}"
+    else:
+        where = f"tcp {address[0]}:{address[1]}"
+    reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+    return f"accept {where}: accept4: {reason}"
+
+
+def go_ms(seconds: float) -> str:
+    """A duration as Go's time.Duration prints the accept backoff: `5ms`, `1s`."""
+    if seconds >= 1:
+        return f"{seconds:g}s"
+    return f"{round(seconds * 1000):d}ms"
 
 
 class _RequestReader:
@@ -139,6 +277,7 @@ class _RequestReader:
         return self._caller_timeout
 
     def recv(self, size: int) -> bytes:
+        share_loop()
         if self.waiting:
             return self._first_bytes(size)
         if self._draining or self._deadline is None:
@@ -204,18 +343,51 @@ class GreenWorker(WebhookWorker, GeventWorker):
         ctx.runner.wait_for = wait_for_run
         util.write = write
         sys.setswitchinterval(SWITCH_INTERVAL)
+        GoChunkedReader.pause = staticmethod(share_loop)
+        # Thousands of connections are thousands of greenlets, readers and parsers: with the collector's
+        # defaults a flood spends a quarter of the loop's time in collections walking every one of them,
+        # and the app, hooks and modules loaded before the fork besides. Those are set aside for good,
+        # and a young-generation collection waits for more allocations (docs/limits.md, robustness).
+        gc.freeze()
+        # gevent records where each greenlet was spawned (a walk of the stack's frames): a cost for every
+        # connection, for a debugging aid nothing here reads.
+        gevent.config.track_greenlet_tree = False
+        gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+        # Big bodies are parsed on native threads: the loop keeps the GIL every SWITCH_INTERVAL meanwhile.
+        parsers = gevent.threadpool.ThreadPool(PARSE_THREADS)
+
+        def run(work: Callable[[], Any]) -> Any:
+            # The parse's own error (a body that is not JSON) comes back as a value: gevent's pool would
+            # print a traceback for an exception raised on its thread.
+            value, error = parsers.apply(_without_gc, (work,))
+            if error is not None:
+                raise error
+            return value
+
+        Parsing.run = staticmethod(run)  # type: ignore[method-assign]
+
+        def release(parsed: list[Any]) -> None:
+            parsers.spawn(_dismantle, parsed)
+
+        Parsing.release = staticmethod(release)  # type: ignore[method-assign]
         super().init_process()
 
     def request_local(self) -> Any:
         return gevent.local.local()
+
+    def linger(self, seconds: float) -> None:
+        gevent.sleep(seconds)
 
     def run(self) -> None:
         servers: list[gevent.server.StreamServer] = []
         pools: list[gevent.pool.Pool] = []
         for listener in self.sockets:
             listener.setblocking(True)
-            pool = gevent.pool.Pool(self.worker_connections)
-            server = gevent.server.StreamServer(listener, handle=partial(self.handle, listener), spawn=pool)
+            # No cap on connections short of the descriptor limit, as net/http has none: a pool of
+            # worker_connections would leave every client past it waiting in the kernel's backlog.
+            pool = gevent.pool.Pool(None)
+            handle = partial(self.handle, listener)
+            server: gevent.server.StreamServer = _Listener(listener, handle=handle, spawn=pool)
             if self.cfg.workers > 1:
                 server.max_accept = 1  # leave the next connection to another worker
             server.start()
@@ -228,7 +400,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
             server.close()  # accept nothing more
 
         def busy() -> bool:
-            return any(pool.free_count() != pool.size for pool in pools)
+            return any(len(pool) for pool in pools)
 
         deadline = time.monotonic() + self.cfg.graceful_timeout
         while busy():
@@ -278,6 +450,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
                 if not parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS):
                     break
                 reader.next_request()
+                share_loop()  # pipelined requests are served in turn with other connections
         except (http.errors.NoMoreData, StopIteration):
             pass  # the client went away, or the connection is not to be kept alive
         except ssl.SSLError as exc:

@@ -7,12 +7,14 @@ import email.utils
 import re
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gunicorn.http.message
 import gunicorn.http.wsgi
 from gunicorn import util as gunicorn_util
 from gunicorn.http import errors as http_errors
+from gunicorn.http.body import Body, ChunkedReader
 
 
 class GoResponse(gunicorn.http.wsgi.Response):
@@ -114,13 +116,64 @@ class HeadExpectationFailed(http_errors.ExpectationFailed):
     """An unknown Expect on a HEAD request: net/http's 417 then has no Content-Length (no body written)."""
 
 
+#: net/http's bound on a request's head, the request line and the headers together: DefaultMaxHeaderBytes
+#: (1 MB) plus the 4096 bytes its buffered reader may hold on top. A longer head is answered 431.
+MAX_HEAD_BYTES = (1 << 20) + 4096
+
+
+class HeadTooLarge(http_errors.LimitRequestHeaders):
+    """The head passed MAX_HEAD_BYTES: 431, then the connection is closed as net/http closes it."""
+
+
 class GoRequest(gunicorn.http.message.Request):
-    """gunicorn's request, its header block read as net/http reads it (go_header_block)."""
+    """gunicorn's request, its head read under net/http's bound as the bytes arrive, each byte scanned
+    once, and its header block read as net/http reads it (go_header_block)."""
 
     go_problem = ""
     #: `Expect: 100-continue` was asked for: `100 Continue` is sent at the first read of the body
     #: (ContinueOnRead), where gunicorn would send it before the app runs.
     go_expects_continue = False
+
+    def parse(self, unreader: Any) -> bytes:
+        if getattr(self, "_use_fast", False) or self.cfg.proxy_protocol != "off":
+            return bytes(super().parse(unreader))  # not this server's configuration: gunicorn's way
+        buf = bytearray()
+        self.read_into(unreader, buf, stop=True)
+        # RFC 9112 2.2: one empty line before the request line is ignored (gunicorn's rule, kept).
+        while buf[:1] == b"\r" and len(buf) < 2:
+            self.read_into(unreader, buf)
+        begin = 2 if buf[:2] == b"\r\n" else 0
+        # The request line: answered as soon as it is complete, before the headers arrive.
+        searched = begin
+        while True:
+            end = buf.find(b"\r\n", max(begin, searched - 1))
+            if buf.find(b"\n", searched, end if end >= 0 else len(buf)) >= 0:
+                raise http_errors.InvalidRequestLine("bare LF as line terminator")
+            if end >= 0:
+                break
+            _check_head_size(len(buf))
+            searched = len(buf)
+            self.read_into(unreader, buf)
+        self.parse_request_line(bytes(buf[begin:end]))
+        # The headers, up to the empty line; the bound counts the request line too, as Go's does.
+        begin = searched = end + 2
+        while True:
+            if buf[begin : begin + 2] == b"\r\n":
+                _check_head_size(begin + 2)
+                self.unreader.unread(bytes(buf[begin + 2 :]))
+                return b""
+            end = buf.find(b"\r\n\r\n", max(begin, searched - 3))
+            if end >= 0:
+                break
+            scan = max(begin, searched - 1)
+            if buf.count(b"\n", searched) != buf.count(b"\r\n", scan):
+                raise http_errors.InvalidHeader("bare LF as line terminator")
+            _check_head_size(len(buf))
+            searched = len(buf)
+            self.read_into(unreader, buf)
+        _check_head_size(end + 4)
+        self.headers = self.parse_headers(bytes(buf[begin:end]), from_trailer=False)
+        return bytes(buf[end + 4 :])
 
     def parse_headers(self, data: bytes, from_trailer: bool = False) -> Any:
         if from_trailer:
@@ -150,6 +203,12 @@ class GoRequest(gunicorn.http.message.Request):
         return super()._apply_header_policy(name, value, scheme_state, seen, *args, **kwargs)
 
     def set_body_reader(self) -> None:
+        self._set_body_reader()
+        body: Any = getattr(self, "body")  # noqa: B009 (gunicorn sets it untyped)
+        if isinstance(getattr(body, "reader", None), ChunkedReader):
+            self.body = Body(GoChunkedReader(self, self.unreader))
+
+    def _set_body_reader(self) -> None:
         # net/http reads repeated Content-Length lines as one when all are equal once trimmed (and refuses
         # unequal ones, as gunicorn does); gunicorn refuses any repeat.
         headers: list[tuple[str, str]] = getattr(self, "headers")  # noqa: B009 (gunicorn sets it untyped)
@@ -157,6 +216,84 @@ class GoRequest(gunicorn.http.message.Request):
         if len(lengths) > 1 and len({headers[i][1].strip(" \t") for i in lengths}) == 1:
             self.headers = [h for i, h in enumerate(headers) if i not in lengths[1:]]
         super().set_body_reader()
+
+
+def _no_pause() -> None:
+    pass
+
+
+_SIMPLE_CHUNK = re.compile(rb"([0-9a-fA-F]{1,8})\r\n")
+_PENDING_BYTES = 65536
+
+
+class GoChunkedReader(ChunkedReader):
+    """gunicorn's chunked body reader, with its buffer walked by an offset (gunicorn's copies what is left
+    of its buffer for every chunk), and `pause` called between chunks: a body of millions of tiny chunks
+    is parsed a chunk at a time, and the gevent worker lets its other connections run meanwhile."""
+
+    #: Called before each chunk; the gevent worker's share_loop.
+    pause: Callable[[], None] = staticmethod(_no_pause)
+
+    def parse_chunked(self, unreader: Any) -> Any:
+        data, pos = b"", 0
+        pending: list[bytes] = []  # whole chunks already in the buffer, handed over together
+        held = 0
+        while True:
+            self.pause()
+            # The common case, a whole chunk with a plain size already in the buffer, costs one match.
+            simple = _SIMPLE_CHUNK.match(data, pos)
+            if simple is not None:
+                start = simple.end()
+                stop = start + int(simple.group(1), 16)
+                if stop > start and data[stop : stop + 2] == b"\r\n":
+                    pending.append(data[start:stop])
+                    held += stop - start
+                    pos = stop + 2
+                    if held < _PENDING_BYTES:
+                        continue
+            if pending:
+                yield b"".join(pending)
+                pending, held = [], 0
+                continue
+            searched = pos
+            while (end := data.find(b"\r\n", max(pos, searched - 1))) < 0:
+                if len(data) - pos > self.limit_chunk_size_line:
+                    raise http_errors.InvalidChunkSize(
+                        b"line over %d bytes with no terminator" % self.limit_chunk_size_line
+                    )
+                more = unreader.read()
+                if not more:
+                    raise http_errors.NoMoreData()
+                searched, data, pos = len(data) - pos, data[pos:] + more, 0
+            line, pos = data[pos : end + 2], end + 2
+            if line[:1] == b"0" and not line.strip(b"0 \t\r\n").split(b";", 1)[0]:
+                # The last chunk: gunicorn's own reader checks it and reads the trailers after it.
+                unreader.unread(data[pos:])
+                super().parse_chunk_size(unreader, data=line)
+                return
+            size = super().parse_chunk_size(unreader, data=line)[0]
+            while size > 0:
+                if pos >= len(data):
+                    data, pos = unreader.read(None, read_ahead=size), 0
+                    if not data:
+                        raise http_errors.NoMoreData()
+                piece = data[pos : pos + size]
+                pos += len(piece)
+                size -= len(piece)
+                yield piece
+            while len(data) - pos < 2:
+                more = unreader.read()
+                if not more:
+                    break
+                data, pos = data[pos:] + more, 0
+            if data[pos : pos + 2] != b"\r\n":
+                raise http_errors.ChunkMissingTerminator(data[pos : pos + 2])
+            pos += 2
+
+
+def _check_head_size(size: int) -> None:
+    if size > MAX_HEAD_BYTES:
+        raise HeadTooLarge(f"request head over {MAX_HEAD_BYTES} bytes")
 
 
 class ContinueOnRead:

@@ -20,6 +20,7 @@ import gunicorn.http.message
 import gunicorn.http.parser
 import gunicorn.http.wsgi
 import gunicorn.util
+from gunicorn.http import errors as http_errors
 from gunicorn.workers.base import Worker
 from werkzeug.exceptions import RequestTimeout
 from werkzeug.wrappers import Response as WerkzeugResponse
@@ -32,7 +33,7 @@ from hookrunner.ops.watcher import HooksWatcher
 from hookrunner.run.history import Recorder
 from hookrunner.run.historyfeed import FeedClient
 from hookrunner.run.journal import Journal, LeftOver, open_journal
-from hookrunner.serve.answers import HEADER_LIST_KEY
+from hookrunner.serve.answers import HEADER_LIST_KEY, go_request_path
 from hookrunner.serve.protocol import (
     ContinueOnRead,
     GoRequest,
@@ -83,6 +84,10 @@ class Runner(Protocol):
 
 #: Signals the master holds back across the fork of a worker, until the worker's handlers are in place.
 HELD_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1}
+
+
+#: How long net/http waits between shutting the write side of a refused connection and closing it.
+RST_AVOIDANCE_DELAY = 0.5
 
 
 class _Context:
@@ -242,18 +247,28 @@ class DeadlineSocket:
         return getattr(self._sock, name)
 
 
-def shutdown_reading(sock: Any) -> None:
-    """No more reads from this client, over TLS or not. A TLS socket's own shutdown() also drops its TLS
-    state, and an answer written after it (a 408) would go out in plain text; so the descriptor is shut
-    under the TLS layer: with the plain socket's method for the standard library's TLS socket, and on
-    the raw socket (`_sock`) that a gevent socket wraps."""
+def shutdown_reading(sock: Any, how: int = socket.SHUT_RD) -> None:
+    """No more reads from this client (or with SHUT_WR, no more writes), over TLS or not. A TLS socket's own
+    shutdown() also drops its TLS state, and an answer written after it (a 408) would go out in plain text;
+    so the descriptor is shut under the TLS layer: with the plain socket's method for the standard
+    library's TLS socket, and on the raw socket (`_sock`) that a gevent socket wraps."""
     try:
         if isinstance(sock, ssl.SSLSocket):
-            socket.socket.shutdown(sock, socket.SHUT_RD)
+            socket.socket.shutdown(sock, how)
         else:
-            getattr(sock, "_sock", sock).shutdown(socket.SHUT_RD)
+            getattr(sock, "_sock", sock).shutdown(how)
     except OSError:
         pass
+
+
+def go_target_parses(target: str | None) -> bool:
+    """Whether the path of a request target has only good `%` escapes (what the app would refuse with a
+    plain 400 when it routes the request)."""
+    try:
+        go_request_path({"RAW_URI": target or ""})
+    except ValueError:
+        return False
+    return True
 
 
 def peer_text(peer: Any) -> str:
@@ -338,11 +353,15 @@ class WebhookWorker(Worker):
         self.wsgi = with_header_list
 
     def refuse_bad_host(self, req: Any, sock: Any) -> bool:
-        """net/http refuses a Transfer-Encoding other than one `chunked` while it parses (501), then checks
+        """net/http refuses a request target it cannot parse (a bad `%` escape: 400), then a Transfer-Encoding
+        other than one `chunked` while it parses (501), then checks
         the Host header, then the header names and values, before any handler runs, and answers in its own
         plain format; returns whether it answered (and the connection is to be closed)."""
         problem = go_host_problem(req.version, req.method, req.headers) or getattr(req, "go_problem", "")
-        if go_refuses_transfer_encoding(req.version, req.headers):
+        if not go_target_parses(req.uri):
+            # net/http parses the request target (url.ParseRequestURI) before it reads the headers.
+            answer = go_plain_error(400, "Bad Request")
+        elif go_refuses_transfer_encoding(req.version, req.headers):
             answer = go_plain_error(501, "Not Implemented", "Unsupported transfer encoding")
         elif problem:
             answer = go_plain_error(400, f"Bad Request: {problem}")
@@ -365,7 +384,16 @@ class WebhookWorker(Worker):
             if answer:
                 client.sendall(answer)
         except OSError:
-            pass
+            return
+        if isinstance(exc, (http_errors.LimitRequestHeaders, http_errors.LimitRequestLine)):
+            # net/http's closeWriteAndWait: the client, likely still sending its head, is told the end
+            # of the answer and given time to read it before the close (which may reset the connection).
+            shutdown_reading(client, socket.SHUT_WR)
+            self.linger(RST_AVOIDANCE_DELAY)
+
+    def linger(self, seconds: float) -> None:
+        """Wait without holding up other connections (the gevent worker waits on its loop)."""
+        time.sleep(seconds)
 
     def _reload_signal(self, signum: int, frame: object) -> None:
         self._reloader.request()

@@ -325,3 +325,36 @@ def test_a_timeout_holds_for_a_command_that_closed_its_output_and_runs_on(tmp_pa
     result = runner.run(Hook(id="h", execute_command=str(script), command_timeout=0.5), request())
     assert time.monotonic() - started < 2.0
     assert (result.output, result.error) == (b"bye\n", "command timed out after 0.5s (signal: terminated)")
+
+
+def test_a_queued_run_keeps_its_argv_not_the_request(tmp_path: Path) -> None:
+    """Issue 21: a run waiting in the queue holds what its command needs, and the request (with its body
+    and parsed payload) is freed as soon as it is answered."""
+    import gc
+    import weakref
+
+    from hookrunner.hooks.model import Limits
+
+    hook = Hook(
+        id="serial",
+        execute_command="/bin/sleep",
+        pass_arguments=(Argument("payload", "s"),),
+        limits=Limits(max_concurrency=1, max_queue=5),
+    )
+    runner = CommandRunner()
+    first = runner.submit(hook, request(s="0.5"))
+    queued = Request(
+        id="q",
+        method="POST",
+        remote_addr="127.0.0.1:1",
+        payload={"s": "0", "pad": "x" * 100_000},
+        body=b"x" * 100_000,
+    )
+    gone = weakref.ref(queued)
+    second = runner.submit(hook, queued)
+    del queued
+    gc.collect()
+    assert runner.queued == 1
+    assert gone() is None  # nothing in the queue refers to the request any more
+    assert first.result(timeout=10).error is None
+    assert second.result(timeout=10).error is None

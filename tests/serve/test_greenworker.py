@@ -12,7 +12,7 @@ import gevent
 import gevent.socket
 import pytest
 
-from hookrunner.serve.greenworker import _RequestReader, wait_for_run, write
+from hookrunner.serve.greenworker import _RequestReader, accept_error_text, go_ms, wait_for_run, write
 from hookrunner.serve.worker import ClientReadTimeout
 
 
@@ -217,3 +217,15 @@ def test_a_pipelined_request_is_read_under_the_deadline_not_the_keepalive_time(
     assert reader.recv(100) == b"body"
     with pytest.raises(ClientReadTimeout):  # and the request's deadline still holds
         reader.recv(100)
+
+
+def test_a_failed_accept_is_logged_in_net_https_words() -> None:
+    import errno
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        text = accept_error_text(listener, OSError(errno.EMFILE, "Too many open files"))
+    assert text == f"accept tcp 127.0.0.1:{port}: accept4: too many open files"
+    assert [go_ms(d) for d in (0.005, 0.01, 0.64, 1.0)] == ["5ms", "10ms", "640ms", "1s"]

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import ssl
+from collections.abc import Iterator
 
 import pytest
 from gunicorn.http import errors as http_errors
 
-from hookrunner.serve.protocol import go_header_block, go_host_problem, go_parse_error, go_plain_error
+from hookrunner.serve.protocol import (
+    MAX_HEAD_BYTES,
+    GoChunkedReader,
+    GoRequest,
+    go_header_block,
+    go_host_problem,
+    go_parse_error,
+    go_plain_error,
+)
 
 
 def test_plain_error_is_net_https_layout() -> None:
@@ -30,7 +39,9 @@ def test_plain_error_is_net_https_layout() -> None:
         ((1, 1), "GET", [("HOST", "a/b")], "malformed Host header"),
     ],
 )
-def test_host_problems(version: tuple[int, int], method: str, headers: list[tuple[str, str]], problem: str) -> None:
+def test_host_problems(
+    version: tuple[int, int], method: str, headers: list[tuple[str, str]], problem: str
+) -> None:
     assert go_host_problem(version, method, headers) == problem
 
 
@@ -39,7 +50,10 @@ def test_host_problems(version: tuple[int, int], method: str, headers: list[tupl
     [
         (http_errors.LimitRequestHeaders("too big"), b"HTTP/1.1 431 Request Header Fields Too Large\r\n"),
         (http_errors.LimitRequestLine(10, 5), b"HTTP/1.1 431 Request Header Fields Too Large\r\n"),
-        (http_errors.InvalidHTTPVersion((2, 0)), b"HTTP/1.1 505 HTTP Version Not Supported: unsupported protocol"),
+        (
+            http_errors.InvalidHTTPVersion((2, 0)),
+            b"HTTP/1.1 505 HTTP Version Not Supported: unsupported protocol",
+        ),
         (http_errors.InvalidHTTPVersion("http/1.1"), b"HTTP/1.1 400 Bad Request\r\n"),
         (http_errors.InvalidHeaderName("Bad Header"), b"HTTP/1.1 400 Bad Request: invalid header name\r\n"),
         (http_errors.InvalidHeader("TRANSFER-ENCODING"), b"HTTP/1.1 501 Not Implemented\r\n"),
@@ -95,8 +109,143 @@ def test_header_block_as_net_http_reads_it(block: bytes, kept: bytes, problem: s
     assert go_header_block(block) == (kept, problem)
 
 
-@pytest.mark.parametrize("block", [b" X-A: a\r\nHost: x", b"\tX-A: a", b"Host: x\r\nNoColon", b"Bad(Name: y\r\nNoColon"])
+@pytest.mark.parametrize(
+    "block", [b" X-A: a\r\nHost: x", b"\tX-A: a", b"Host: x\r\nNoColon", b"Bad(Name: y\r\nNoColon"]
+)
 def test_header_blocks_textproto_cannot_read_are_a_plain_400(block: bytes) -> None:
     with pytest.raises(http_errors.InvalidHeader) as caught:
         go_header_block(block)
     assert go_parse_error(caught.value) == go_plain_error(400, "Bad Request")
+
+
+# --- the request head under net/http's bound, and chunked bodies (issue 21) ---------------------------
+
+
+def _parse(data: bytes, step: int = 4096) -> GoRequest:
+    """A GoRequest parsed from `data` arriving `step` bytes per read, with hookrunner's gunicorn settings."""
+    from gunicorn.config import Config
+    from gunicorn.http.unreader import IterUnreader
+
+    cfg = Config()
+    for key, value in {
+        "limit_request_line": 0,
+        "limit_request_fields": 100,
+        "limit_request_field_size": MAX_HEAD_BYTES,
+        "header_map": "dangerous",
+        "permit_unconventional_http_method": True,
+        "permit_obsolete_folding": True,
+    }.items():
+        cfg.set(key, value)
+    pieces = [data[i : i + step] for i in range(0, len(data), step)]
+    return GoRequest(cfg, IterUnreader(pieces), ("127.0.0.1", 1))
+
+
+def _head_of(size: int) -> bytes:
+    """A GET whose head (through its final CRLF CRLF) is exactly `size` bytes."""
+    start = b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: "
+    return start + b"a" * (size - len(start) - 4) + b"\r\n\r\n"
+
+
+def test_a_head_at_net_https_bound_is_read_and_one_byte_more_is_431() -> None:
+    assert len(_head_of(MAX_HEAD_BYTES)) == MAX_HEAD_BYTES == (1 << 20) + 4096
+    request = _parse(
+        _head_of(MAX_HEAD_BYTES - 100)
+    )  # gunicorn's own 1 MB field limit comes first at the very top
+    assert request.path == "/" and request.headers[0] == ("HOST", "x")
+    with pytest.raises(http_errors.LimitRequestHeaders):
+        _parse(_head_of(MAX_HEAD_BYTES + 1))
+
+
+def test_an_endless_request_line_or_header_is_refused_once_past_the_bound() -> None:
+    """The bound holds as bytes arrive: reading stops after it, whatever follows."""
+
+    class Endless:
+        read = 0
+
+        def __iter__(self) -> Iterator[bytes]:
+            yield b"GET /"
+            while self.read < 64 << 20:
+                self.read += 65536
+                yield b"a" * 65536
+
+    from gunicorn.config import Config
+    from gunicorn.http.unreader import IterUnreader
+
+    source = Endless()
+    with pytest.raises(http_errors.LimitRequestHeaders):
+        GoRequest(Config(), IterUnreader(source), ("127.0.0.1", 1))
+    assert source.read <= MAX_HEAD_BYTES + 65536
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"GET / HTTP/1.1\nHost: x\r\n\r\n", http_errors.InvalidRequestLine),
+        (b"GET / HTTP/1.1\r\nHost: x\nX: y\r\n", http_errors.InvalidHeader),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nA\x01: b\r\n\r\n", None),
+    ],
+)
+def test_bare_lf_is_refused_as_gunicorn_refuses_it(data: bytes, error: type[Exception] | None) -> None:
+    if error is None:
+        assert _parse(data, step=3).go_problem == "invalid header name"
+        return
+    with pytest.raises(error):
+        _parse(data, step=3)
+
+
+def test_a_head_is_the_same_however_it_arrives() -> None:
+    data = b"\r\nPOST /hooks/a?x=1 HTTP/1.1\r\nHost: h\r\nX-A: 1\r\n folded\r\nContent-Length: 2\r\n\r\nhi"
+    for step in (1, 2, 3, 7, 4096):
+        request = _parse(data, step)
+        assert (request.method, request.uri, request.headers) == (
+            "POST",
+            "/hooks/a?x=1",
+            [("HOST", "h"), ("X-A", "1 folded"), ("CONTENT-LENGTH", "2")],
+        )
+        assert request.body.read() == b"hi"
+
+
+def test_a_head_just_under_the_bound_is_scanned_once() -> None:
+    """Each byte is scanned once: a head of 1 MB arriving a few bytes at a time parses in linear time
+    (gunicorn's own reader copied and rescanned the whole buffer at every read). Generous bound."""
+    import time
+
+    data = _head_of(MAX_HEAD_BYTES - 200)
+    began = time.perf_counter()
+    _parse(data, step=512)
+    assert time.perf_counter() - began < 2.0
+
+
+CHUNKED_BODIES = [
+    b"1\r\na\r\n2\r\nbc\r\n0\r\n\r\n",
+    b"3;ext=1\r\nabc\r\n0\r\nX-T: 1\r\n\r\n",
+    b"A\r\n0123456789\r\n000\r\n\r\n",
+    b"1\r\n \r\n" * 5000 + b"0\r\n\r\n",
+    b"2\r\nabc\r\n0\r\n\r\n",  # missing terminator
+    b"zz\r\nab\r\n0\r\n\r\n",  # bad size
+    b"1;a\rb\r\nx\r\n0\r\n\r\n",  # bare CR in an extension
+    b"0 \r\n\r\n",  # space after a last chunk without an extension
+    b"2\r\nab\r\n",  # the body breaks off
+    b"1\r\na\r\n1\r\nb\r\n1\r\nc\r\nzz\r\n",  # a bad size after whole chunks
+    b"1\r\na\r\n" * 20000 + b"1\r\nab\r\n0\r\n\r\n",  # a missing terminator after 20,000
+    b"00000000001\r\na\r\n0\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("body", CHUNKED_BODIES, ids=range(len(CHUNKED_BODIES)))
+@pytest.mark.parametrize("step", [1, 5, 8192])
+def test_chunked_bodies_read_as_gunicorns_reader_reads_them(body: bytes, step: int) -> None:
+    from gunicorn.http.body import Body, ChunkedReader
+    from gunicorn.http.unreader import IterUnreader
+
+    def outcome(reader_class: type[ChunkedReader]) -> tuple[bytes, str, list[tuple[str, str]]]:
+        request = _parse(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        unreader = IterUnreader([body[i : i + step] for i in range(0, len(body), step)])
+        stream = Body(reader_class(request, unreader))
+        try:
+            return stream.read(), "", request.trailers
+        except Exception as exc:  # noqa: BLE001 - the error is what is compared
+            # ...and what arrived before it, which the app reads again (answers.read_body).
+            return stream.read(), f"{type(exc).__name__}: {exc}", request.trailers
+
+    assert outcome(GoChunkedReader) == outcome(ChunkedReader)
