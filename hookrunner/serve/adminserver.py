@@ -103,7 +103,11 @@ def open_admin(config: Config) -> AdminListener:
 
 
 class _QuietHandler(WSGIRequestHandler):
-    """werkzeug's handler without its per-request log lines (the hooks log stays webhook's)."""
+    """werkzeug's handler without its per-request log lines (the hooks log stays webhook's), and without the
+    versions of werkzeug and Python in its `Server` header."""
+
+    server_version = "hookrunner-admin"
+    sys_version = ""
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass

@@ -152,6 +152,7 @@ def test_output_is_bounded_and_escaped(tmp_path: Path, servers: list[Server]) ->
     status, headers, page = admin.get("/runs/big-1")
     assert status == 200 and len(page) < 200 << 10 and b"<i>" not in page and b"&lt;i&gt;LAST" in page
     assert headers["content-security-policy"].startswith("default-src 'self'")
+    assert headers["server"] == "hookrunner-admin"  # no library or Python versions told
     status, _, page = admin.get("/runs/hostile-1")
     assert b"<script>alert" not in page and b"\x1b" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;red \ufffd\ufffd end".encode() in page
