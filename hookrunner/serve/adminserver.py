@@ -106,8 +106,8 @@ class _QuietHandler(WSGIRequestHandler):
     """werkzeug's handler without its per-request log lines (the hooks log stays webhook's), and without the
     versions of werkzeug and Python in its `Server` header."""
 
-    server_version = "hookrunner-admin"
-    sys_version = ""
+    def version_string(self) -> str:
+        return "hookrunner-admin"
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass
