@@ -6,6 +6,8 @@ what `fstat` says of the opened descriptor, before anything is read.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import stat
 
@@ -54,6 +56,29 @@ def read_regular_file(path: str, cap: int = HOOKS_FILE_CAP) -> bytes:
 
 def read_regular_file_stat(path: str, cap: int = HOOKS_FILE_CAP) -> tuple[os.stat_result, bytes]:
     """read_regular_file(), with the opened file's status as it was before the read."""
+    st, data, _ = read_regular_file_probed(path, cap, probe_writers=False)
+    return st, data
+
+
+def open_for_writing(fd: int) -> bool | None:
+    """Whether any process has the file open for writing now (None: cannot tell here).
+
+    Linux grants a read lease only on a file that nobody has open for writing; the lease is given back
+    at once. Taking one needs the file's owner or CAP_LEASE, and a file system that has leases.
+    """
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    except OSError as exc:
+        return True if exc.errno == errno.EAGAIN else None
+    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+    return False
+
+
+def read_regular_file_probed(
+    path: str, cap: int = HOOKS_FILE_CAP, probe_writers: bool = True
+) -> tuple[os.stat_result, bytes, bool | None]:
+    """read_regular_file_stat(), and, after the read and before the close, open_for_writing()."""
+    writers: bool | None = None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
@@ -71,8 +96,10 @@ def read_regular_file_stat(path: str, cap: int = HOOKS_FILE_CAP) -> tuple[os.sta
             total += len(chunk)
             if total > cap:
                 check_regular(path, st.st_mode, total, cap)
+        if probe_writers:
+            writers = open_for_writing(fd)
     except OSError as exc:
         raise _go_error("read", path, exc) from exc
     finally:
         os.close(fd)
-    return st, b"".join(chunks)
+    return st, b"".join(chunks), writers

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import stat
 import threading
 import time
@@ -27,7 +28,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import ObservedWatch
 
 from hookrunner.errors import HooksFileError
-from hookrunner.ops.regularfile import HOOKS_FILE_CAP, read_regular_file_stat
+from hookrunner.ops.regularfile import HOOKS_FILE_CAP, read_regular_file_probed
 
 #: Quiet time that ends a burst of events (an editor's write + rename, the kubelet's symlink dance).
 DEBOUNCE = 0.12
@@ -61,15 +62,19 @@ def _unread(st: os.stat_result) -> Fingerprint:
     return Fingerprint(st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, f"unread:{stat.S_IFMT(st.st_mode)}")
 
 
-def snapshot(path: str, previous: Fingerprint | None = None) -> tuple[Fingerprint | None, bytes | None]:
-    """The file's fingerprint (None when it, or its symlink's target, does not exist) and the bytes it
-    was taken from (None when they were not read: unchanged, not a regular file, or over the cap)."""
+Snapshot = tuple[Fingerprint | None, bytes | None, bool | None]
+
+
+def snapshot(path: str, previous: Fingerprint | None = None, probe: bool = False) -> Snapshot:
+    """The file's fingerprint (None when it, or its symlink's target, does not exist), the bytes it was
+    taken from (None when they were not read: unchanged, not a regular file, or over the cap), and
+    whether a process had it open for writing when the read ended (None: not known, or not `probe`d)."""
     try:
         st = os.stat(path)
     except OSError:
-        return None, None
+        return None, None, None
     if not stat.S_ISREG(st.st_mode) or st.st_size > HOOKS_FILE_CAP:
-        return _unread(st), None
+        return _unread(st), None, None
     same_stat = (
         previous is not None
         and (previous.device, previous.inode, previous.mtime_ns, previous.size)
@@ -77,21 +82,32 @@ def snapshot(path: str, previous: Fingerprint | None = None) -> tuple[Fingerprin
     )
     if same_stat and previous is not None and time.time_ns() - st.st_mtime_ns > 2_000_000_000:
         # Unchanged and old enough that a same-size rewrite would have moved the mtime: skip hashing.
-        return previous, None
+        return previous, None, None
     try:
-        st, data = read_regular_file_stat(path)
+        st, data, writers = read_regular_file_probed(path, probe_writers=probe)
     except HooksFileError:
         try:
-            return _unread(os.stat(path)), None  # it changed kind under us; the loader will say why
+            return _unread(os.stat(path)), None, None  # it changed kind under us; the loader will say why
         except OSError:
-            return None, None
+            return None, None, None
     digest = hashlib.sha256(data).hexdigest()
-    return Fingerprint(st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, digest), data
+    return Fingerprint(st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, digest), data, writers
 
 
 def fingerprint(path: str, previous: Fingerprint | None = None) -> Fingerprint | None:
     """The file's fingerprint, or None when it (or its symlink's target) does not exist."""
     return snapshot(path, previous)[0]
+
+
+def _quiet_lease_breaks() -> bool:
+    """Whether reads may probe for writers with a lease. A writer that opens the file in the instant a
+    read holds its lease makes the kernel send SIGIO, whose default action ends the process: it gets a
+    handler (a handler, unlike SIG_IGN, is not passed on to the commands hookrunner starts). Only the
+    main thread may set one; started elsewhere, with SIGIO unhandled, reads do not probe."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGIO) == signal.SIG_DFL:
+        signal.signal(signal.SIGIO, lambda signum, frame: None)
+    return signal.getsignal(signal.SIGIO) not in (signal.SIG_DFL, None)
 
 
 def _event_key(path: str | bytes) -> str:
@@ -144,6 +160,7 @@ class HooksWatcher:
         self._stopping = threading.Event()
         self._last_event = 0.0
         self._thread = threading.Thread(target=self._run, name="hooks-watcher", daemon=True)
+        self._probe = False  # whether reads ask the kernel if a writer has the file open (start())
         # What the event stream says of each file, by real path, under _seen.
         self._seen = threading.Condition()
         self._reals: frozenset[str] = frozenset()
@@ -155,6 +172,7 @@ class HooksWatcher:
         self._deferred: set[str] = set()  # not read because it was open; read again at its last close
 
     def start(self) -> None:
+        self._probe = self.close_events and _quiet_lease_breaks()
         self._remember_real_paths()
         for path in self.paths:
             self._states[path] = fingerprint(path)
@@ -266,7 +284,10 @@ class HooksWatcher:
                     time.sleep(min(self._debounce - quiet, 0.05) if quiet < self._debounce else 0.01)
                 self._urgent = False
                 self._wake.clear()
-            self.check()
+            try:
+                self.check()
+            except Exception:  # noqa: BLE001 - whatever one check meets, hot reload goes on
+                time.sleep(self._debounce)
 
     def _read(
         self, path: str, real: str, before: Fingerprint | None
@@ -280,13 +301,14 @@ class HooksWatcher:
                 return False, None, None
             self._deferred.discard(real)
             changes, closes, opens = self._changes[real], self._read_closes[real], self._opens[real]
-        after, data = snapshot(path, before)
+        after, data, writers = snapshot(path, before, self._probe)
         if data is None or not self.close_events:
             return True, after, data
         with self._seen:
             self._seen.wait_for(lambda: self._read_closes[real] > closes, timeout=MARKER_WAIT)
-            # Nothing changed the file, and nobody but this read opened it, until the read's own close.
-            complete = self._changes[real] == changes and self._opens[real] - opens <= 1
+            # Nobody had the file open for writing as the read ended, and nothing changed it, nor did anybody
+            # but this read open it, until the read's own close.
+            complete = not writers and self._changes[real] == changes and self._opens[real] - opens <= 1
             if not complete:
                 self._deferred.add(real)
         return complete, after, data
