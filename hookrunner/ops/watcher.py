@@ -36,8 +36,11 @@ DEBOUNCE = 0.12
 MAX_DELAY = 0.5
 #: A slow stat-only check, in case the directory itself was replaced and its watch lost.
 SAFETY_INTERVAL = 1.0
-#: How long a read waits for its own close to come back through the event stream.
+#: How long a read waits for its own close to come back through the event stream: it comes at once, unless
+#: the machine is very busy. With no event at all for the file by MARKER_WAIT, its directory is taken as
+#: not watched and the read as it is; with other events but not that one, it waits up to MARKER_LAG.
 MARKER_WAIT = 0.5
+MARKER_LAG = 5.0
 #: An open handle with no event at all for this long is taken as closed (the kernel merges identical
 #: events, so a count can be off); a writer that pauses longer than this in the middle of a save is read.
 STALE_OPEN = 5.0
@@ -301,14 +304,19 @@ class HooksWatcher:
                 return False, None, None
             self._deferred.discard(real)
             changes, closes, opens = self._changes[real], self._read_closes[real], self._opens[real]
+            seen = self._last_seen.get(real)
         after, data, writers = snapshot(path, before, self._probe)
         if data is None or not self.close_events:
             return True, after, data
         with self._seen:
-            self._seen.wait_for(lambda: self._read_closes[real] > closes, timeout=MARKER_WAIT)
+            marked = self._seen.wait_for(lambda: self._read_closes[real] > closes, timeout=MARKER_WAIT)
+            unwatched = not marked and self._last_seen.get(real) == seen
+            if not marked and not unwatched:
+                marked = self._seen.wait_for(lambda: self._read_closes[real] > closes, timeout=MARKER_LAG)
             # Nobody had the file open for writing as the read ended, and nothing changed it, nor did anybody
             # but this read open it, until the read's own close.
             complete = not writers and self._changes[real] == changes and self._opens[real] - opens <= 1
+            complete = complete and (marked or unwatched)
             if not complete:
                 self._deferred.add(real)
         return complete, after, data
