@@ -229,7 +229,8 @@ class HooksWatcher:
 
     def _writing(self, real: str) -> bool:
         """Another process has the file open (a writer, as far as the events tell): its bytes may not be
-        complete yet. A count left over from events the kernel merged expires after STALE_OPEN of silence."""
+        complete yet. Used where the kernel cannot be asked (no read lease on this file). A count left over
+        from events the kernel merged expires after STALE_OPEN of silence."""
         if not self.close_events or self._open[real] <= 0:
             return False
         return time.monotonic() - self._last_seen[real] < STALE_OPEN
@@ -299,7 +300,7 @@ class HooksWatcher:
         taken. The read's own open and close go through the same event stream as the writers' events,
         in order, so once its close has come back, every write that began before it has been seen."""
         with self._seen:
-            if self._writing(real):
+            if not self._probe and self._writing(real):
                 self._deferred.add(real)
                 return False, None, None
             self._deferred.discard(real)
@@ -313,10 +314,11 @@ class HooksWatcher:
             unwatched = not marked and self._last_seen.get(real) == seen
             if not marked and not unwatched:
                 marked = self._seen.wait_for(lambda: self._read_closes[real] > closes, timeout=MARKER_LAG)
-            # Nobody had the file open for writing as the read ended, and nothing changed it, nor did anybody
-            # but this read open it, until the read's own close.
-            complete = not writers and self._changes[real] == changes and self._opens[real] - opens <= 1
-            complete = complete and (marked or unwatched)
+            if writers is None:  # the kernel could not be asked: the events tell, as far as they can
+                writers = self._writing(real) or self._opens[real] - opens > 1
+            # Nobody had the file open for writing as the read ended, and nothing changed it until the read's
+            # own close.
+            complete = not writers and self._changes[real] == changes and (marked or unwatched)
             if not complete:
                 self._deferred.add(real)
         return complete, after, data
