@@ -83,6 +83,15 @@ class HooksFileError(HookrunnerError):
     """A hooks file could not be read, rendered or parsed; the hooks already loaded stay."""
 
 
+class NotRegularFileError(HooksFileError):
+    """A hooks path that is not a regular file after symlinks (a FIFO, a device, a socket, a directory):
+    it is not read, so it can neither block a reader nor feed one without end."""
+
+
+class HooksFileTooLarge(HooksFileError):
+    """A hooks file over the size cap (ops/regularfile.py, HOOKS_FILE_CAP); it is not read."""
+
+
 class TemplateError(HooksFileError):
     """A Go text/template error, worded as Go words it (`template: hooks:3: ...`)."""
 

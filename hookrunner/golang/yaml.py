@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ import yaml
 
 from hookrunner.errors import HooksFileError
 from hookrunner.golang.decode import go_string, yaml_v2_scalar
+from hookrunner.golang.strconv import quote
 
 
 class YamlV2Loader(yaml.SafeLoader):
@@ -223,6 +225,13 @@ _TAG_TYPES: dict[str, Callable[[Any], bool]] = {
 }
 
 
+def _go_tag(value: Any) -> str:
+    """The short tag yaml.v2 resolved a scalar to."""
+    if value is None:
+        return "null"
+    return next((kind for kind, test in _TAG_TYPES.items() if kind != "null" and test(value)), "str")
+
+
 def _tagged_scalar(kind: str) -> Callable[[YamlV2Loader, yaml.Node], Any]:
     """`!!int '7'` and the like: yaml.v2 resolves the text as it would a plain scalar, and refuses it
     when that gives another type (`!!float '1'` is an error there, not 1.0)."""
@@ -231,7 +240,7 @@ def _tagged_scalar(kind: str) -> Callable[[YamlV2Loader, yaml.Node], Any]:
         value = yaml_v2_scalar(str(loader.construct_scalar(node)))  # type: ignore[arg-type]
         if not _TAG_TYPES[kind](value):
             raise yaml.constructor.ConstructorError(
-                None, None, f"cannot decode {node.value!r} as a !!{kind}", node.start_mark
+                None, None, f"cannot decode !!{_go_tag(value)} `{node.value}` as a !!{kind}", node.start_mark
             )
         return value
 
@@ -247,11 +256,26 @@ YamlV2Loader.add_constructor(None, _unknown_tag)
 _FLOAT_KEY_NAMES = {"+Inf": ".inf", "-Inf": "-.inf", "NaN": ".nan"}
 
 
-def _key_text(key: Any) -> str:
+def _unsupported_key(key: Any, value: Any) -> HooksFileError:
+    """ghodss/yaml's refusal of a key JSON cannot have; its own words where the key is nil or a uint64 and
+    the value a string (Go's %#v of other values is not reproduced)."""
+    if key is None:
+        kind, shown = "%!s(<nil>)", "<nil>"
+    elif isinstance(key, int):
+        kind, shown = "uint64", f"0x{key:x}"
+    else:
+        kind, shown = "", ""
+    if kind and isinstance(value, str):
+        words = f"Unsupported map key of type: {kind}, key: {shown}, value: {quote(value)}"
+        return HooksFileError(f"error converting YAML to JSON: {words}")
+    return HooksFileError(f"error converting YAML to JSON: Unsupported map key: {key!r}")
+
+
+def _key_text(key: Any, value: Any) -> str:
     """A mapping key as ghodss/yaml writes it into JSON; the key types it refuses are an error."""
     unsupported = key is None or isinstance(key, int) and not isinstance(key, bool) and key >= 1 << 63
     if unsupported or isinstance(key, list | dict):  # yaml.v2 gives nil, uint64, ... there
-        raise HooksFileError(f"error converting YAML to JSON: Unsupported map key: {key!r}")
+        raise _unsupported_key(key, value)
     text = go_string(key)
     return _FLOAT_KEY_NAMES.get(text, text) if isinstance(key, float) else text
 
@@ -259,10 +283,112 @@ def _key_text(key: Any) -> str:
 def _string_keys(value: Any) -> Any:
     """Mappings with their keys as ghodss/yaml writes them into JSON (`1` -> "1", `yes` -> "true")."""
     if isinstance(value, dict):
-        return {_key_text(key): _string_keys(item) for key, item in value.items()}
+        return {_key_text(key, item): _string_keys(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_string_keys(item) for item in value]
     return value
+
+
+# PyYAML's problems, worded as libyaml (and so yaml.v2) words them: (context, problem pattern) -> text.
+# A context of None matches any.
+_PROBLEMS: list[tuple[str | None, re.Pattern[str], str]] = [
+    (None, re.compile(r"found character .* that cannot start any token"),
+     "found character that cannot start any token"),
+    (None, re.compile(r"mapping values are not allowed here"),
+     "mapping values are not allowed in this context"),
+    (None, re.compile(r"sequence entries are not allowed here"),
+     "block sequence entries are not allowed in this context"),
+    (None, re.compile(r"expected a comment or a line break"),
+     "did not find expected comment or line break"),
+    (None, re.compile(r"expected chomping or indentation indicators"),
+     "did not find expected comment or line break"),
+    (None, re.compile(r"expected the node content"),
+     "did not find expected node content"),
+    ('while parsing a block mapping', re.compile(r"expected <block end>"),
+     "did not find expected key"),
+    ('while parsing a block collection', re.compile(r"expected <block end>"),
+     "did not find expected '-' indicator"),
+    (None, re.compile(r"expected ',' or '\}'"),
+     "did not find expected ',' or '}'"),
+    (None, re.compile(r"expected ',' or '\]'"),
+     "did not find expected ',' or ']'"),
+    (None, re.compile(r"expected '<document start>'"),
+     "did not find expected <document start>"),
+    (None, re.compile(r"found a tab character that violates indentation"),
+     "found a tab character that violate indentation"),
+    (None, re.compile(r"found unknown escape character"),
+     "found unknown escape character"),
+    (None, re.compile(r"expected alphabetic or numeric character"),
+     "did not find expected alphabetic or numeric character"),
+    (None, re.compile(r"found undefined alias '?([^']*)'?"),
+     "unknown anchor '{0}' referenced"),
+    (None, re.compile(r"expected indentation indicator in the range 1-9, but found 0"),
+     "found an indentation indicator equal to 0"),
+    (None, re.compile(r"expected escape sequence of \d+ hexadecimal numbers"),
+     "did not find expected hexdecimal number"),
+    (None, re.compile(r"expected a mapping or list of mappings for merging"),
+     "map merge requires map or sequence of maps as the value"),
+    (None, re.compile(r"found incompatible YAML document"),
+     "found incompatible YAML document"),
+    (None, re.compile(r"expected a directive name|found unknown directive name"),
+     "found unknown directive name"),
+]
+
+
+_NO_LINE = ("cannot decode ", "map merge requires")
+
+
+def _utf8_problem(data: bytes) -> str:
+    """What libyaml's reader says of the bytes at a character PyYAML refused (surrogate-escaped bytes)."""
+    first = data[0]
+    width = 1 if first < 0x80 else 2 if first & 0xE0 == 0xC0 else 3 if first & 0xF0 == 0xE0 else (
+        4 if first & 0xF8 == 0xF0 else 0)
+    if width == 0:
+        return "invalid leading UTF-8 octet"
+    if width == 1:
+        return "control characters are not allowed"
+    if len(data) < width:
+        return "incomplete UTF-8 octet sequence"
+    if any(byte & 0xC0 != 0x80 for byte in data[1:width]):
+        return "invalid trailing UTF-8 octet"
+    value = first & (0x1F, 0x0F, 0x07)[width - 2]
+    for byte in data[1:width]:
+        value = value << 6 | byte & 0x3F
+    if value < (0x80, 0x800, 0x10000)[width - 2]:
+        return "invalid length of a UTF-8 sequence"
+    return "invalid Unicode character"
+
+
+def yaml_v2_error(exc: yaml.YAMLError, text: str) -> str:
+    """yaml.v2's one-line message for what PyYAML refused, e.g. `yaml: line 12: did not find expected ','
+    or '}'`. yaml.v2 names the line of the problem counted from 0, as libyaml marks it, and only when it
+    is not 0 (the context's line stands in then); errors of the reader (bad bytes) name no line."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        if "\udc80" <= char <= "\udcff":
+            raw = text[exc.position : exc.position + 4].encode("utf-8", "surrogateescape")
+            return f"yaml: {_utf8_problem(raw)}"
+        return "yaml: control characters are not allowed"
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return f"yaml: {exc}"
+    problem = exc.problem or ""
+    for context, pattern, wording in _PROBLEMS:
+        found = pattern.search(problem)
+        if found and (context is None or exc.context == context):
+            problem = wording.format(*found.groups()) if found.groups() else wording
+            break
+    if problem.startswith(_NO_LINE):
+        return f"yaml: {problem}"  # the decoder's errors, not the parser's: yaml.v2 gives no line
+    line = 0
+    mark = exc.problem_mark
+    if mark is not None:
+        line = mark.line
+        at_end = mark.column and mark.index >= len(text.rstrip("\0"))
+        if at_end and (isinstance(exc, yaml.parser.ParserError) or problem == "could not find expected ':'"):
+            line += 1  # past a last line with no line break, libyaml's stream end is on the next line
+    if not line and exc.context_mark is not None:
+        line = exc.context_mark.line
+    return f"yaml: line {line}: {problem}" if line else f"yaml: {problem}"
 
 
 def yaml_tree(text: str) -> Any:
@@ -270,7 +396,7 @@ def yaml_tree(text: str) -> Any:
     try:
         return _string_keys(yaml.load(text, Loader=YamlV2Loader))
     except yaml.YAMLError as exc:
-        raise HooksFileError(f"error converting YAML to JSON: {exc}") from exc
+        raise HooksFileError(f"error converting YAML to JSON: {yaml_v2_error(exc, text)}") from exc
     except RecursionError:
         raise HooksFileError("error converting YAML to JSON: nested too deeply") from None
     except (ValueError, TypeError) as exc:  # a constructor's own complaint (a bad !!binary, say)

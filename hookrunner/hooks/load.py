@@ -13,6 +13,7 @@ from hookrunner.golang.yaml import decode_hooks_bytes, yaml_tree
 from hookrunner.hooks.model import Hook, decode_hook
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
+from hookrunner.ops.regularfile import read_regular_file
 
 
 def parse_hooks(text: str) -> list[Hook]:
@@ -30,14 +31,11 @@ def parse_hooks(text: str) -> list[Hook]:
         raise HooksFileError(str(exc)) from exc
 
 
-def read_hooks_text(path: str, as_template: bool = False) -> str:
-    """A hooks file's text as serving reads it: bytes as they are, rendered first with -template."""
-    try:
-        # newline="": Go reads the bytes as they are, so error line numbers count the same lines.
-        with open(path, "rb") as handle:
-            text = decode_hooks_bytes(handle.read())
-    except OSError as exc:
-        raise HooksFileError(f"open {path}: {(exc.strerror or str(exc)).lower()}") from exc
+def read_hooks_text(path: str, as_template: bool = False, data: bytes | None = None) -> str:
+    """A hooks file's text as serving reads it: bytes as they are (`data` when the watcher already read
+    them), rendered first with -template. Only a regular file up to the cap is read (ops/regularfile.py)."""
+    # The bytes as they are: Go reads them so, and error line numbers count the same lines.
+    text = decode_hooks_bytes(read_regular_file(path) if data is None else data)
     if as_template:
         # Loaded only for -template (it costs start-up time); cli.py preloads it before -setuid then.
         from hookrunner.hooks.template import render_hooks_template
@@ -46,9 +44,9 @@ def read_hooks_text(path: str, as_template: bool = False) -> str:
     return text
 
 
-def load_hooks(path: str, as_template: bool = False) -> list[Hook]:
+def load_hooks(path: str, as_template: bool = False, data: bytes | None = None) -> list[Hook]:
     """Read one hooks file, optionally rendered as a Go template first; raises HooksFileError."""
-    return parse_hooks(read_hooks_text(path, as_template))
+    return parse_hooks(read_hooks_text(path, as_template, data))
 
 
 # --- the registry ------------------------------------------------------------------------------------
@@ -113,12 +111,13 @@ class HookRegistry:
                 by_file[path] = tuple(hooks)
             self._publish(by_file, tuple(by_file))
 
-    def reload_file(self, path: str) -> bool:
-        """Reload one file; on any error the previous hooks stay. Returns whether the new hooks are served."""
+    def reload_file(self, path: str, data: bytes | None = None) -> bool:
+        """Reload one file (from `data`, its bytes as the watcher read them, if given); on any error the
+        previous hooks stay. Returns whether the new hooks are served."""
         with self._lock:
             log.printf("attempting to reload hooks from %s\n", path)
             try:
-                hooks = load_hooks(path, self._as_template)
+                hooks = load_hooks(path, self._as_template, data)
             except HooksFileError as exc:
                 log.printf("couldn't load hooks from file! %s\n", exc)
                 metrics.record_reload(False)

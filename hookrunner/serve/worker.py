@@ -55,7 +55,7 @@ class Registry(Protocol):
 
     def reload_all(self) -> object: ...
 
-    def reload_file(self, path: str) -> object: ...
+    def reload_file(self, path: str, data: bytes | None = None) -> object: ...
 
     def remove_file(self, path: str) -> object: ...
 
@@ -128,9 +128,9 @@ class _Reloader:
 
 
 def _start_watcher(registry: Registry) -> HooksWatcher:
-    def changed(path: str) -> None:
+    def changed(path: str, data: bytes | None) -> None:
         log.output(f"hooks file {path} modified")
-        registry.reload_file(path)
+        registry.reload_file(path, data)  # the bytes the watcher saw complete, not a second read
 
     def removed(path: str) -> None:
         log.output(f"hooks file {path} removed, removing hooks that were loaded from it")

@@ -43,7 +43,7 @@ def test_tabs_where_yaml_v2_skips_them() -> None:
 
 
 def test_tab_as_block_indentation_fails_as_in_yaml_v2() -> None:
-    with pytest.raises(HooksFileError, match="found a tab character that violates indentation"):
+    with pytest.raises(HooksFileError, match="yaml: line 1: found a tab character that violate indentation"):
         parse_hooks("- id: a\n\texecute-command: /bin/true\n")
 
 

@@ -2,7 +2,8 @@
 webhook's decoder; scripts/gen-yaml-vectors), and a live seeded fuzz against it when Go is installed.
 
 Each input must give the tree Go gives (keys as ghodss/yaml writes them, numbers compared exactly), or
-fail where Go fails. Error messages are not compared: hookrunner words its own.
+fail where Go fails, with yaml.v2's own one-line message (the text webhook logs after `couldn't load hooks
+from file! error converting YAML to JSON: `).
 """
 
 from __future__ import annotations
@@ -101,6 +102,35 @@ def test_reads_as_yaml_v2(vector: dict[str, str]) -> None:
     data = base64.b64decode(vector["input"])
     ours, theirs = hookrunner_reads(data), go_reads(vector)
     assert agree(ours, theirs), f"{data[:200]!r}\nhookrunner: {str(ours)[:400]}\nGo: {str(theirs)[:400]}"
+
+
+_INF = "±Inf and NaN are read as values; Go's refusal comes from encoding/json, after the YAML step"
+_GO_KEY = "the key is refused, but Go's %#v of a collection key is not reproduced"
+_ALIAS_FIRST = "PyYAML resolves an alias as it composes; yaml.v2's parser fails on what follows first"
+_MARK = "libyaml reports the problem at another place (or as another problem) than PyYAML"
+
+#: Error texts hookrunner still words differently from yaml.v2, each with why (strict, like the above).
+KNOWN_ERROR_TEXT_DIVERGENCES = {
+    **dict.fromkeys(["scalar/number-.inf", "scalar/number--.Inf", "scalar/number-+.INF", "scalar/number-.nan",
+                     "scalar/number-.NaN", "fuzz/14/175", "fuzz/14/276", "fuzz/14/389"], _INF),
+    **dict.fromkeys(["key/sequence", "key/mapping", "key/complex", "fuzz/14/313"], _GO_KEY),
+    **dict.fromkeys(["fuzz/14/8", "fuzz/14/564"], _ALIAS_FIRST),
+    **dict.fromkeys(["fuzz/14/207", "fuzz/14/435", "fuzz/14/458", "fuzz/14/504"], _MARK),
+}
+
+
+def _error_marks(vector: dict[str, str]) -> Any:
+    reason = KNOWN_ERROR_TEXT_DIVERGENCES.get(vector["name"])
+    marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+    return pytest.param(vector, id=vector["name"], marks=marks)
+
+
+@pytest.mark.parametrize("vector", [_error_marks(vector) for vector in VECTORS if "error" in vector])
+def test_error_text_is_yaml_v2s(vector: dict[str, str]) -> None:
+    data = base64.b64decode(vector["input"])
+    with pytest.raises(HooksFileError) as refused:
+        read_hooks_yaml(data)
+    assert str(refused.value) == f"error converting YAML to JSON: {vector['error']}", data[:200]
 
 
 def _generator() -> Any:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hookrunner.ops.regularfile import HOOKS_FILE_CAP
 from hookrunner.ops.watcher import HooksWatcher, fingerprint
 
 #: Hot reload promises the served hooks follow a change within one second.
@@ -21,11 +22,13 @@ class Recorder:
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []
+        self.data: list[bytes | None] = []  # the bytes handed over with each change
         self._cond = threading.Condition()
 
-    def changed(self, path: str) -> None:
+    def changed(self, path: str, data: bytes | None = None) -> None:
         with self._cond:
             self.events.append(("change", path))
+            self.data.append(data)
             self._cond.notify_all()
 
     def removed(self, path: str) -> None:
@@ -46,9 +49,11 @@ def hooks_file(tmp_path: Path) -> Path:
     return path
 
 
-def watch(paths: list[str], recorder: Recorder) -> HooksWatcher:
+def watch(paths: list[str], recorder: Recorder, close_events: bool = True, probe: bool = True) -> HooksWatcher:
     watcher = HooksWatcher(paths, recorder.changed, recorder.removed)
+    watcher.close_events = watcher.close_events and close_events
     watcher.start()
+    watcher._probe = watcher._probe and probe  # before its first check, which waits for an event
     return watcher
 
 
@@ -246,3 +251,145 @@ def test_fingerprint_follows_symlinks_and_sees_absence(tmp_path: Path) -> None:
     assert fingerprint(str(link)) == fingerprint(str(target))
     target.unlink()
     assert fingerprint(str(link)) is None
+
+
+# --- complete writes only ---------------------------------------------------------------------------------
+
+
+def test_linux_reports_writers_closes(hooks_file: Path, recorder: Recorder) -> None:
+    watcher = watch([str(hooks_file)], recorder)
+    try:
+        assert watcher.close_events  # inotify: the guarantees below hold through close events
+        assert watcher._probe  # and the kernel is asked about writers (the test owns the file)
+    finally:
+        watcher.stop()
+
+
+@pytest.mark.parametrize("close_events", [True, False], ids=["close-events", "quiet-period-fallback"])
+def test_in_place_write_hands_over_the_bytes(hooks_file: Path, recorder: Recorder, close_events: bool) -> None:
+    watcher = watch([str(hooks_file)], recorder, close_events)
+    try:
+        with open(hooks_file, "r+b") as handle:
+            handle.write(b'[{"id": "b"}]')
+        assert recorder.wait_for(1) == [("change", str(hooks_file))]
+        assert recorder.data == [b'[{"id": "b"}]']
+    finally:
+        watcher.stop()
+
+
+@pytest.mark.parametrize("probe", [True, False], ids=["read-lease", "events-only"])
+def test_slow_in_place_save_is_reported_once_complete(hooks_file: Path, recorder: Recorder, probe: bool) -> None:
+    """Truncated, then the new text 400 ms later in the same open: the empty file in between, though
+    quiet for longer than the quiet period and the safety check, is never reported; whether the kernel
+    is asked about writers (a read lease) or, where it cannot be, the events alone tell."""
+    watcher = watch([str(hooks_file)], recorder, probe=probe)
+    try:
+        for _ in range(2):  # the second time with the watcher's own reads of the first in the stream
+            with open(hooks_file, "r+b") as handle:
+                handle.truncate(0)
+                handle.flush()
+                time.sleep(1.2)  # longer than the safety interval too
+                assert recorder.events == [("change", str(hooks_file))] * (len(recorder.events))
+                handle.write(b'[{"id": "slow-%d"}]' % len(recorder.events))
+            recorder.wait_for(len(recorder.events) + 1)
+        assert recorder.data == [b'[{"id": "slow-0"}]', b'[{"id": "slow-1"}]']
+    finally:
+        watcher.stop()
+
+
+def test_empty_file_closed_on_purpose_is_reported(hooks_file: Path, recorder: Recorder) -> None:
+    watcher = watch([str(hooks_file)], recorder)
+    try:
+        with open(hooks_file, "wb"):
+            pass
+        assert recorder.wait_for(1) == [("change", str(hooks_file))]
+        assert recorder.data == [b""]
+    finally:
+        watcher.stop()
+
+
+def test_writer_that_keeps_the_file_open_is_not_read(hooks_file: Path, recorder: Recorder) -> None:
+    watcher = watch([str(hooks_file)], recorder)
+    try:
+        with open(hooks_file, "r+b") as handle:
+            handle.write(b'[{"id": "half')
+            handle.flush()
+            assert recorder.wait_for(1, timeout=1.6) == []
+            handle.write(b'"}]')
+        assert recorder.wait_for(1) == [("change", str(hooks_file))]
+        assert recorder.data == [b'[{"id": "half"}]']
+    finally:
+        watcher.stop()
+
+
+def test_rapid_in_place_saves_hand_over_only_whole_versions(hooks_file: Path, recorder: Recorder) -> None:
+    """Two-piece and truncate-then-write saves at about 100 a second: every version handed over is one
+    that a writer finished."""
+    versions = [b'[{"id": "v%d", "pad": "%s"}]' % (i, b"x" * (i % 7) * 40) for i in range(120)]
+    watcher = watch([str(hooks_file)], recorder)
+    try:
+        for i, text in enumerate(versions):
+            if i % 2:
+                fd = os.open(hooks_file, os.O_WRONLY)
+                os.write(fd, text[: len(text) // 2])
+                os.write(fd, text[len(text) // 2 :])
+                os.ftruncate(fd, len(text))
+            else:
+                fd = os.open(hooks_file, os.O_WRONLY | os.O_TRUNC)
+                os.write(fd, text)
+            os.close(fd)
+            time.sleep(0.01)
+        recorder.wait_for(1)
+        time.sleep(0.5)
+        assert recorder.data, "no change reported"
+        assert set(recorder.data) <= set(versions)
+        assert recorder.data[-1] == versions[-1]
+    finally:
+        watcher.stop()
+
+
+# --- only regular files, bounded ------------------------------------------------------------------------
+
+
+def _not_regular(kind: str, path: Path) -> None:
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        os.symlink("/dev/zero", path)
+    elif kind == "socket":
+        import socket
+
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(path))
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        with open(path, "wb") as handle:
+            handle.truncate(HOOKS_FILE_CAP + 1)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "socket", "directory", "over-cap"])
+def test_not_a_regular_file_is_reported_unread_then_picked_up_again(
+    tmp_path: Path, recorder: Recorder, kind: str
+) -> None:
+    path = tmp_path / "hooks.json"
+    path.write_text("[]")
+    watcher = watch([str(path)], recorder)
+    try:
+        path.unlink()
+        _not_regular(kind, path)
+        events = recorder.wait_for(2, timeout=1.5)
+        # Seen as a change (the loader then says why it is refused), never read, and the watcher goes on.
+        assert events[-1] == ("change", str(path)) and recorder.data[-1] is None
+        assert watcher._thread.is_alive()
+        count = len(events)
+        assert recorder.wait_for(count + 1, timeout=1.2) == events  # reported once, not each second
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink()
+        path.write_text('[{"id": "regular-again"}]')
+        later = recorder.wait_for(count + 2, timeout=2.5)
+        assert later[-1] == ("change", str(path)) and recorder.data[-1] == b'[{"id": "regular-again"}]'
+    finally:
+        watcher.stop()
