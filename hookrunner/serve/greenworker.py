@@ -174,7 +174,10 @@ def _dismantle(parsed: list[Any]) -> None:
             while item:
                 step = item[-DISMANTLE_STEP:]
                 del item[-DISMANTLE_STEP:]
-                stack.extend(value for value in step if isinstance(value, (dict, list)))
+                # Most steps hold scalars only: their types are gathered in C, and only a step with a
+                # container in it is walked value by value (freeing 12 million numbers took 5 s).
+                if any(issubclass(kind, (dict, list)) for kind in set(map(type, step))):
+                    stack.extend(value for value in step if isinstance(value, (dict, list)))
                 del step
 
 
