@@ -116,9 +116,16 @@ def write(sock: Any, data: bytes, chunked: bool = False) -> None:
 _slice_started = time.monotonic()
 
 
+def _polled() -> None:
+    """Called by the loop after each poll of the sockets (a check watcher): a slice starts."""
+    global _slice_started
+    _slice_started = time.monotonic()
+
+
 def share_loop() -> None:
-    """Let the loop serve other connections when SLICE has passed since the last time this let it (cheap
-    when it has not: a clock read). Called between reads and between requests of a connection."""
+    """Let the loop serve other connections when SLICE has passed since it last polled the sockets (cheap
+    when it has not: a clock read). Called between reads and between requests of a connection. A greenlet
+    woken by the poll itself (a byte arrived) goes on at once: the others have had their turn."""
     global _slice_started
     now = time.monotonic()
     if now - _slice_started >= SLICE:
@@ -396,6 +403,8 @@ class GreenWorker(WebhookWorker, GeventWorker):
             server.start()
             servers.append(server)
             pools.append(pool)
+        polls = gevent.get_hub().loop.check()
+        polls.start(_polled)
         while self.alive:
             self.notify()
             gevent.sleep(TICK)
