@@ -211,6 +211,15 @@ class HookApp:
         return response
 
     def hook(self, hook_id: str = "") -> Answer:
+        try:
+            return self._hook(hook_id)
+        finally:
+            # Whatever happened, a big parsed body is handed back (the gevent worker's collector waits).
+            parsed = request.environ.pop(_PARSED_KEY, None)
+            if parsed is not None:
+                Parsing.release([parsed])
+
+    def _hook(self, hook_id: str) -> Answer:
         started = time.perf_counter()
         rid = self.request_id()
         if self.config.debug:
@@ -227,9 +236,6 @@ class HookApp:
             metrics.record_request(self.known_id(hook_id), metrics.ERROR)
             headers = {**self.global_headers, "X-Content-Type-Options": "nosniff"}
             response = answer(500, b"Internal Server Error\n", headers, TEXT_PLAIN)
-        parsed = request.environ.pop(_PARSED_KEY, None)
-        if parsed is not None:
-            Parsing.release([parsed])
         if request.environ.get(BODY_FAILED_KEY):
             response.headers["Connection"] = "close"  # net/http does not reuse it after a broken body
         if self.config.debug:

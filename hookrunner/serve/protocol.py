@@ -67,6 +67,38 @@ def go_plain_error(code: int, text: str, body: str | None = None) -> bytes:
 # are fine). gunicorn refuses the same bytes, but as it meets them, line by line.
 _HEADER_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE_BYTE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_CONTROL_BYTES = bytes([*range(0x09), *range(0x0A, 0x20), 0x7F])
+#: Values at least this long are first looked at with bytes.translate, ten times as fast as the regex on a
+#: head of a megabyte; shorter ones go straight to the regex.
+_LONG_VALUE = 4096
+
+
+class _ControlSearch:
+    """A regex for control bytes in a header value whose search() answers None at once, without the regex,
+    when a long value has none (bytes.translate deletes them in one C pass): the same answers, sooner."""
+
+    def __init__(self, pattern: re.Pattern[Any]) -> None:
+        self._pattern = pattern
+
+    def search(self, value: Any) -> re.Match[Any] | None:
+        if len(value) >= _LONG_VALUE:
+            try:
+                raw = value.encode("latin-1") if isinstance(value, str) else value
+            except UnicodeEncodeError:
+                raw = None
+            if raw is not None and len(raw.translate(None, _CONTROL_BYTES)) == len(raw):
+                return None
+        return self._pattern.search(value)
+
+    def sub(self, repl: Any, value: Any) -> Any:
+        return self._pattern.sub(repl, value)
+
+
+_BAD_VALUE = _ControlSearch(_BAD_VALUE_BYTE)
+# gunicorn's own check of every header value, the same bytes (RFC 9110 5.5), sped up alike.
+gunicorn.http.message.RFC9110_5_5_INVALID_AND_DANGEROUS = _ControlSearch(
+    gunicorn.http.message.RFC9110_5_5_INVALID_AND_DANGEROUS
+)
 # Header lines whose bad value gunicorn must still see: its errors for them are Go's own (a bad
 # Content-Length is a plain 400, a bad Transfer-Encoding a 501), which come before the server's checks.
 _FRAMING_HEADERS = (b"content-length", b"transfer-encoding")
@@ -90,7 +122,7 @@ def go_header_block(block: bytes) -> tuple[bytes, str]:
         if line[:1] in (b" ", b"\t"):  # a folded continuation of the previous field
             if skipping:
                 continue
-            if _BAD_VALUE_BYTE.search(line) and kept[-1].partition(b":")[0].lower() not in _FRAMING_HEADERS:
+            if _BAD_VALUE.search(line) and kept[-1].partition(b":")[0].lower() not in _FRAMING_HEADERS:
                 bad_value = True
                 line = _BAD_VALUE_BYTE.sub(b"\x80", line)
             kept.append(line)
@@ -102,7 +134,7 @@ def go_header_block(block: bytes) -> tuple[bytes, str]:
         if skipping:
             bad_name = bad_name or bool(name)
             continue
-        if _BAD_VALUE_BYTE.search(value) and name.lower() not in _FRAMING_HEADERS:
+        if _BAD_VALUE.search(value) and name.lower() not in _FRAMING_HEADERS:
             bad_value = True
             line = name + b":" + _BAD_VALUE_BYTE.sub(b"\x80", value)
         kept.append(line)

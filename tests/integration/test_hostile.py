@@ -87,7 +87,7 @@ def test_oversized_heads_get_gos_431_at_the_limit(server: Target) -> None:
     )
     began = time.monotonic()
     assert request(server.port, head).startswith(b"HTTP/1.1 200 OK\r\n")
-    assert time.monotonic() - began < 5
+    assert time.monotonic() - began < 1  # the target is 50 ms (scripts/hostile); generous for a loaded CI
 
 
 @pytest.mark.skipif(not reference_available(), reason="needs the reference webhook")
@@ -124,7 +124,11 @@ def test_big_hostile_bodies_leave_others_served_and_the_worker_alive(server: Tar
     assert worker_pids(server) == worker
     assert "Worker timeout" not in server.log and "WORKER TIMEOUT" not in server.log
     assert "Traceback" not in server.log, server.log[-3000:]
-    assert server.rss_mb() < before + 300, (before, server.rss_mb())
+    # The parsed bodies are freed on a parser thread once answered: RSS comes back within 100 MB.
+    deadline = time.monotonic() + 20
+    while server.rss_mb() >= before + 100 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert server.rss_mb() < before + 100, (before, server.rss_mb())
 
 
 def test_pipelined_requests_do_not_hold_others_back(server: Target) -> None:

@@ -7,11 +7,13 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
+from types import SimpleNamespace
 
 import gevent
 import gevent.socket
 import pytest
 
+from hookrunner.serve import greenworker
 from hookrunner.serve.greenworker import _RequestReader, accept_error_text, go_ms, wait_for_run, write
 from hookrunner.serve.worker import ClientReadTimeout
 
@@ -229,3 +231,14 @@ def test_a_failed_accept_is_logged_in_net_https_words() -> None:
         text = accept_error_text(listener, OSError(errno.EMFILE, "Too many open files"))
     assert text == f"accept tcp 127.0.0.1:{port}: accept4: too many open files"
     assert [go_ms(d) for d in (0.005, 0.01, 0.64, 1.0)] == ["5ms", "10ms", "640ms", "1s"]
+
+
+def test_dismantle_empties_a_parsed_request_and_every_container_in_it() -> None:
+    inner = [{"b": [1, 2]}, [3]]
+    scalars = list(range(3 * greenworker.DISMANTLE_STEP))  # steps of scalars only, then a step with containers
+    payload = {"a": [*inner, *scalars], "c": {"d": [4]}}
+    req = SimpleNamespace(payload=payload)
+    parsed: list[object] = [req]
+    greenworker._dismantle(parsed)
+    assert parsed == [] and req.payload is None
+    assert payload == {} and inner == [{}, []]
