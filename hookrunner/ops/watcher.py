@@ -47,6 +47,9 @@ STALE_OPEN = 5.0
 
 # Reads (ours and others') produce these: they mark the event stream, they do not change the file.
 _READ_EVENTS = frozenset({"opened", "closed_no_write"})
+# Events that change which file a name points to (a rename over it, the kubelet's `..data` symlink swap); on
+# other names of the folder, writes and closes do not touch the hooks file.
+_STRUCTURE_EVENTS = frozenset({"moved", "created", "deleted"})
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,9 @@ class HooksWatcher:
                     self._open[key] = 0  # handles on the old file are not this name's any more
             self._seen.notify_all()
         if kind in _READ_EVENTS and not urgent:
+            return
+        if not files and kind not in _STRUCTURE_EVENTS:
+            # Another file of the folder written to (a log beside the hooks file): no burst to wait for.
             return
         self._last_event = now
         if urgent:
