@@ -38,8 +38,9 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from hookrunner.ops.log import log
 from hookrunner.serve.app import Parsing
+from hookrunner.serve.greenreads import DormantConnection, GatedUnreader, RequestReader, polled, share_loop
 from hookrunner.serve.protocol import GoChunkedReader
-from hookrunner.serve.worker import DeadlineSocket, WebhookWorker, ctx, handshake_expired, shutdown_reading
+from hookrunner.serve.worker import WebhookWorker, ctx, handshake_expired, shutdown_reading
 
 T = TypeVar("T")
 
@@ -57,11 +58,6 @@ GC_THRESHOLD = 20_000
 
 #: Native threads parsing big request bodies at once; more wait their turn (each is busy on the CPU).
 PARSE_THREADS = 2
-
-#: How long one greenlet may keep the loop before it lets the others run: a client whose bytes are
-#: already buffered (pipelined requests, a body sent as fast as it is read) never waits in a read, so
-#: without this it would be served to its end while every other connection waits.
-SLICE = 0.002
 
 #: Go's backoff after a failed accept (net/http's Serve): 5 ms, doubled up to 1 s.
 ACCEPT_RETRY_FIRST = 0.005
@@ -111,28 +107,6 @@ def write(sock: Any, data: bytes, chunked: bool = False) -> None:
     sent = sock.send(data)
     if sent < len(data):
         sock.sendall(memoryview(data)[sent:])
-
-
-_slice_started = time.monotonic()
-
-
-def _polled() -> None:
-    """Called by the loop after each poll of the sockets (a check watcher): a slice starts."""
-    global _slice_started
-    _slice_started = time.monotonic()
-
-
-def share_loop() -> None:
-    """Let the loop serve other connections when SLICE has passed since it last polled the sockets (cheap
-    when it has not: a clock read). Called between reads and between requests of a connection. A greenlet
-    woken by the poll itself (a byte arrived) goes on at once: the others have had their turn."""
-    global _slice_started
-    now = time.monotonic()
-    if now - _slice_started >= SLICE:
-        # Not sleep(0): that runs the other ready greenlets but does not poll the sockets, so a waiting
-        # client would not be seen. idle() returns after a turn of the loop that has polled them.
-        gevent.idle()
-        _slice_started = time.monotonic()
 
 
 _parsing = 0
@@ -204,6 +178,14 @@ class _Listener(gevent.server.StreamServer):
     in net/http's words, then a retry after a growing pause, where gevent prints a traceback each time."""
 
     _retry = ACCEPT_RETRY_FIRST
+    #: Plain connections wait for their first byte as a DormantConnection, under this -read-timeout
+    #: (0: none); None: each gets its greenlet at once (TLS, whose handshake has a bound of its own).
+    read_timeout: float | None = None
+
+    def __init__(self, listener: Any, handle: Callable[..., None], pool: gevent.pool.Pool) -> None:
+        super().__init__(listener, handle=handle, spawn=pool)
+        self._serve_connection, self._pool = handle, pool
+        self.dormant: set[DormantConnection] = set()
 
     def do_read(self) -> Any:
         try:
@@ -220,6 +202,30 @@ class _Listener(gevent.server.StreamServer):
             return None
         self._retry = ACCEPT_RETRY_FIRST
         return accepted
+
+    def do_handle(self, *args: Any) -> None:
+        if self.read_timeout is None:
+            super().do_handle(*args)
+            return
+        client, peer = args
+        DormantConnection(client, peer, self.read_timeout, partial(self._woken, client, peer), self.dormant)
+
+    def _woken(self, client: Any, peer: Any, accepted: float) -> None:
+        try:
+            self._pool.spawn(self._serve, client, peer, accepted)
+        except BaseException:
+            client.close()
+            raise
+
+    def _serve(self, client: Any, peer: Any, accepted: float) -> None:
+        try:
+            self._serve_connection(client, peer, accepted)
+        finally:
+            client.close()
+
+    def close_dormant(self) -> None:
+        for connection in list(self.dormant):
+            connection.close()
 
     def _resume(self) -> None:
         if self.started:
@@ -250,101 +256,6 @@ def go_ms(seconds: float) -> str:
     return f"{round(seconds * 1000):d}ms"
 
 
-class _RequestReader:
-    """The connection as gunicorn's parser reads it, in three states.
-
-    - *Waiting* for the first byte of a request: after a first request, for at most the keep-alive
-      time (an idle connection is then closed, as the threaded worker does); before the first request,
-      for at most -read-timeout. A stopping worker closes the connections in this state.
-    - *Reading* a request: every read shares the -read-timeout deadline (DeadlineSocket), which counts
-      from the first byte (from the connection's start for its first request).
-    - *Draining* the unread rest of a body after the answer: reads are bounded by the drain's own
-      timeout, which gunicorn sets.
-    """
-
-    def __init__(self, sock: Any, read_timeout: float, keepalive: float, peer: Any) -> None:
-        self._sock = sock
-        self._read_timeout = read_timeout
-        self._keepalive = keepalive
-        self._deadline = DeadlineSocket(sock, read_timeout, peer) if read_timeout > 0 else None
-        self._first = True
-        self.waiting = True
-        self._draining = False
-        self._caller_timeout: float | None = None
-
-    def request_started(self) -> None:
-        """The parser has a request: it is being read even if no read was needed (its head came with
-        the previous request, pipelined), so its body reads are under the deadline, not keep-alive's."""
-        if self.waiting:
-            self.waiting = False
-            self._first = False
-            if self._deadline is not None and self._deadline.deadline is None:
-                self._deadline.deadline = time.monotonic() + self._read_timeout
-
-    def request_done(self) -> None:
-        """The answer is sent; what is read now is the rest of the body, until next_request()."""
-        self._draining = True
-
-    def next_request(self) -> None:
-        self._draining = False
-        self.waiting = True
-        if self._deadline is not None:
-            self._deadline.new_request()
-
-    def settimeout(self, timeout: float | None) -> None:
-        self._caller_timeout = timeout
-
-    def gettimeout(self) -> float | None:
-        return self._caller_timeout
-
-    def recv(self, size: int) -> bytes:
-        share_loop()
-        if self.waiting:
-            return self._first_bytes(size)
-        if self._draining or self._deadline is None:
-            return self._read(size, self._caller_timeout)
-        self._deadline.settimeout(self._caller_timeout)
-        return self._deadline.recv(size)
-
-    def _first_bytes(self, size: int) -> bytes:
-        began = time.monotonic()
-        if self._first:
-            limit = self._read_timeout or None
-        else:
-            limit = self._keepalive or None
-        try:
-            data = self._read(size, limit)
-        except TimeoutError:
-            if self._first and self._deadline is not None:
-                self._deadline.deadline = began
-                self._deadline.recv(size)  # past its deadline: logs, and raises ClientReadTimeout
-            return b""  # idle for longer than keep-alive: closed quietly, as an idle connection is
-        self.waiting = False
-        if self._deadline is not None:
-            self._deadline.deadline = (began if self._first else time.monotonic()) + self._read_timeout
-        self._first = False
-        return data
-
-    def _read(self, size: int, timeout: float | None) -> bytes:
-        self._sock.settimeout(timeout)
-        try:
-            data: bytes = self._sock.recv(size)
-            return data
-        finally:
-            try:
-                self._sock.settimeout(None)
-            except OSError:
-                pass
-
-    def close_if_waiting(self) -> None:
-        """Stopping: a connection waiting for a request gets none (its read sees the end at once)."""
-        if self.waiting:
-            shutdown_reading(self._sock)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
 class GreenWorker(WebhookWorker, GeventWorker):
     """gunicorn's gevent worker with HTTP/1.1 served by hookrunner's own connection loop: the TLS
     handshake and request reads under -read-timeout, and idle connections closed when it stops."""
@@ -359,7 +270,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
         ]
 
     def init_process(self) -> None:
-        self._readers: set[_RequestReader] = set()
+        self._readers: set[RequestReader] = set()
         self._handshaking: set[Any] = set()
         ctx.runner.wait_for = wait_for_run
         util.write = write
@@ -406,7 +317,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
         gevent.sleep(seconds)
 
     def run(self) -> None:
-        servers: list[gevent.server.StreamServer] = []
+        servers: list[_Listener] = []
         pools: list[gevent.pool.Pool] = []
         for listener in self.sockets:
             listener.setblocking(True)
@@ -414,19 +325,22 @@ class GreenWorker(WebhookWorker, GeventWorker):
             # worker_connections would leave every client past it waiting in the kernel's backlog.
             pool = gevent.pool.Pool(None)
             handle = partial(self.handle, listener)
-            server: gevent.server.StreamServer = _Listener(listener, handle=handle, spawn=pool)
+            server = _Listener(listener, handle, pool)
+            if ctx.ssl_context is None:
+                server.read_timeout = ctx.config.read_timeout
             if self.cfg.workers > 1:
                 server.max_accept = 1  # leave the next connection to another worker
             server.start()
             servers.append(server)
             pools.append(pool)
         polls = gevent.get_hub().loop.check()
-        polls.start(_polled)
+        polls.start(polled)
         while self.alive:
             self.notify()
             gevent.sleep(TICK)
         for server in servers:
             server.close()  # accept nothing more
+            server.close_dormant()
 
         def busy() -> bool:
             return any(len(pool) for pool in pools)
@@ -452,18 +366,19 @@ class GreenWorker(WebhookWorker, GeventWorker):
             gevent.sleep(TICK)
         self.finish_commands()
 
-    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+    def handle(self, listener: Any, client: Any, addr: Any, accepted: float | None = None) -> None:
         client.setblocking(1)
         req = None
-        reader: _RequestReader | None = None
+        reader: RequestReader | None = None
         try:
             if ctx.ssl_context is not None:
                 client = self._handshake(client, addr)
                 if client is None:
                     return
-            reader = _RequestReader(client, ctx.config.read_timeout, self.cfg.keepalive, addr)
+            reader = RequestReader(client, ctx.config.read_timeout, self.cfg.keepalive, addr, accepted)
             self._readers.add(reader)
             parser = http.get_parser(self.cfg, reader, addr)
+            parser.unreader = GatedUnreader(reader)
             listener_name = listener.getsockname()
             while True:
                 req = None

@@ -237,8 +237,7 @@ class DeadlineSocket:
                 pass
 
     def _expired(self) -> None:
-        where = peer_text(self._peer)
-        log.output(f"closing the connection from {where}: request not received within {self._limit:g}s")
+        read_expired(self._peer, self._limit)
         # Nothing more is read from this client: a graceful close would otherwise linger reading from it.
         shutdown_reading(self._sock)
         raise ClientReadTimeout()
@@ -273,6 +272,11 @@ def go_target_parses(target: str | None) -> bool:
 
 def peer_text(peer: Any) -> str:
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "@"
+
+
+def read_expired(peer: Any, limit: float) -> None:
+    """The log line for a request not received within -read-timeout."""
+    log.output(f"closing the connection from {peer_text(peer)}: request not received within {limit:g}s")
 
 
 def handshake_expired(peer: Any, limit: float) -> None:

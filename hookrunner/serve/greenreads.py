@@ -1,0 +1,374 @@
+"""The gevent worker's connections as its request parser reads them: a read wakes its greenlet only once it
+can go on (a whole line of a head, the bytes a body read still needs), every read's deadline is kept by one
+sweeping timer, and a connection whose bytes are already there shares the loop with the others."""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+import gevent.socket
+from gevent.hub import Waiter
+from gunicorn.http.unreader import SocketUnreader
+
+from hookrunner.serve.worker import DeadlineSocket, read_expired, shutdown_reading
+
+#: How long one greenlet may keep the loop before it lets the others run: a client whose bytes are
+#: already buffered (pipelined requests, a body sent as fast as it is read) never waits in a read, so
+#: without this it would be served to its end while every other connection waits.
+SLICE = 0.002
+
+#: How often the deadlines of waiting reads are looked at: a read past its deadline ends at most this late.
+SWEEP = 0.05
+
+#: A read of a request's head wakes its greenlet only when a line has ended (or `size` bytes are there):
+#: the parser can do nothing with less.
+LINE = -1
+
+#: How much one recv() of a waiting read asks for.
+RECV_SIZE = 65536
+
+_slice_started = time.monotonic()
+
+
+def polled() -> None:
+    """Called by the loop after each poll of the sockets (a check watcher): a slice starts."""
+    global _slice_started
+    _slice_started = time.monotonic()
+
+
+def share_loop() -> None:
+    """Let the loop serve other connections when SLICE has passed since it last polled the sockets (cheap
+    when it has not: a clock read). Called between reads and between requests of a connection. A greenlet
+    woken by the poll itself (a byte arrived) goes on at once: the others have had their turn."""
+    global _slice_started
+    now = time.monotonic()
+    if now - _slice_started >= SLICE:
+        # Not sleep(0): that runs the other ready greenlets but does not poll the sockets, so a waiting
+        # client would not be seen. idle() returns after a turn of the loop that has polled them.
+        gevent.idle()
+        _slice_started = time.monotonic()
+
+
+class _Deadlines:
+    """One timer for the deadlines of every waiting read, where a gevent timeout per read would start and
+    stop a timer of the loop at every wake-up (thousands a second under a flood of slow clients). Entries
+    are (deadline, order, reader); a reader whose deadline moved on is simply put back."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, RequestReader | DormantConnection]] = []
+        self._count = 0
+        self._timer: Any = None
+
+    def add(self, deadline: float, reader: RequestReader | DormantConnection) -> None:
+        self._count += 1
+        heapq.heappush(self._heap, (deadline, self._count, reader))
+        if self._timer is None:
+            self._timer = gevent.get_hub().loop.timer(SWEEP, SWEEP, ref=False)
+            self._timer.start(self._sweep)
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            heapq.heappop(heap)[2].swept(now)
+
+
+_deadlines = _Deadlines()
+
+
+class DormantConnection:
+    """A plain connection accepted but silent so far: a watcher of the loop and an entry in _Deadlines,
+    no greenlet, no parser. Its first byte starts the connection's greenlet (`start`); -read-timeout
+    passing first closes it as a reader would (the log line, no answer). Thousands of idle connections
+    cost the loop next to nothing, and the accept of each one is cheap enough for the listener to keep
+    up with a client opening them as fast as it can."""
+
+    def __init__(self, sock: Any, peer: Any, read_timeout: float, start: Callable[[float], None],
+                 dormant: set[DormantConnection]) -> None:
+        self._sock, self._peer, self._read_timeout, self._start = sock, peer, read_timeout, start
+        self._dormant = dormant
+        self.accepted = time.monotonic()
+        self._watcher: Any = gevent.get_hub().loop.io(sock.fileno(), 1)
+        self._watcher.start(self._wake)
+        dormant.add(self)
+        if read_timeout > 0:
+            _deadlines.add(self.accepted + read_timeout, self)
+
+    def _end(self) -> bool:
+        if self not in self._dormant:
+            return False
+        self._dormant.discard(self)
+        self._watcher.stop()
+        self._watcher.close()
+        return True
+
+    def _wake(self) -> None:
+        if self._end():
+            self._start(self.accepted)
+
+    def swept(self, now: float) -> None:
+        if self._end():
+            read_expired(self._peer, self._read_timeout)
+            self._sock.close()
+
+    def close(self) -> None:
+        """Stopping: a connection that has asked for nothing gets nothing."""
+        if self._end():
+            self._sock.close()
+
+
+class GatedUnreader(SocketUnreader):
+    """gunicorn's socket unreader, telling the reader before each read what it needs: a line (for a head,
+    or a chunked body) or a number of bytes (what a body read of known length still misses). gunicorn
+    loops until it has that much anyway; the reader does the waiting without waking the greenlet."""
+
+    _size: int | None = None
+
+    def read(self, size: int | None = None, read_ahead: int | None = None) -> bytes:
+        self._size = size
+        data: bytes = super().read(size, read_ahead)
+        return data
+
+    def chunk(self, size_hint: int | None = None) -> bytes:
+        size = self._size
+        self.sock.gate = LINE if size is None or size <= 0 else max(1, size - self.buf.tell())
+        try:
+            data: bytes = super().chunk(size_hint)
+            return data
+        finally:
+            self.sock.gate = None
+
+
+class RequestReader:
+    """The connection as gunicorn's parser reads it, in three states.
+
+    - *Waiting* for the first byte of a request: after a first request, for at most the keep-alive
+      time (an idle connection is then closed, as the threaded worker does); before the first request,
+      for at most -read-timeout. A stopping worker closes the connections in this state.
+    - *Reading* a request: every read shares the -read-timeout deadline (DeadlineSocket), which counts
+      from the first byte (from the connection's start for its first request).
+    - *Draining* the unread rest of a body after the answer: reads are bounded by the drain's own
+      timeout, which gunicorn sets.
+
+    On a plain (not TLS) socket, a waiting or reading read sleeps on a watcher of the loop whose callback
+    reads the socket, and wakes the greenlet only when `gate` is met: a client sending its head or its
+    body a byte at a time costs a system call per byte, not a turn of the parser. Deadlines are swept
+    (_Deadlines). TLS sockets and draining reads are read the plain gevent way.
+    """
+
+    def __init__(self, sock: Any, read_timeout: float, keepalive: float, peer: Any,
+                 accepted: float | None = None) -> None:
+        self._sock = sock
+        self._read_timeout = read_timeout
+        self._keepalive = keepalive
+        self._deadline = DeadlineSocket(sock, read_timeout, peer) if read_timeout > 0 else None
+        self._first = True
+        self.waiting = True
+        self._draining = False
+        self._caller_timeout: float | None = None
+        #: What the next read needs before it wakes: None (any byte), LINE, or a number of bytes.
+        self.gate: int | None = None
+        plain = type(sock) is gevent.socket.socket
+        self._raw: Any = getattr(sock, "_sock", None) if plain else None
+        self._inbox = bytearray()
+        self._eof = False
+        self._error: OSError | None = None
+        self._want = 0
+        self._wait_began = time.monotonic() if accepted is None else accepted
+        self._watcher: Any = None
+        self._waiter: Waiter[bool] | None = None
+        self._registered: float | None = None
+
+    def request_started(self) -> None:
+        """The parser has a request: it is being read even if no read was needed (its head came with
+        the previous request, pipelined), so its body reads are under the deadline, not keep-alive's."""
+        if self.waiting:
+            self._begin(time.monotonic())
+
+    def _begin(self, now: float) -> None:
+        """The first byte of a request has come (at `now`): its deadline starts."""
+        self.waiting = False
+        if self._deadline is not None and self._deadline.deadline is None:
+            self._deadline.deadline = (self._wait_began if self._first else now) + self._read_timeout
+        self._first = False
+
+    def request_done(self) -> None:
+        """The answer is sent; what is read now is the rest of the body, until next_request()."""
+        self._draining = True
+
+    def next_request(self) -> None:
+        self._draining = False
+        self.waiting = True
+        self._wait_began = time.monotonic()
+        if self._deadline is not None:
+            self._deadline.new_request()
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._caller_timeout = timeout
+
+    def gettimeout(self) -> float | None:
+        return self._caller_timeout
+
+    def recv(self, size: int) -> bytes:
+        share_loop()
+        if self._raw is not None and not self._draining and self._caller_timeout is None:
+            return self._gated(size)
+        if self._inbox or self._eof:
+            return self._take(size)
+        if self.waiting:
+            return self._first_bytes(size)
+        if self._draining or self._deadline is None:
+            return self._read(size, self._caller_timeout)
+        self._deadline.settimeout(self._caller_timeout)
+        return self._deadline.recv(size)
+
+    # ----------------------------------------------------------------------------- plain sockets
+
+    def _gated(self, size: int) -> bytes:
+        self._want = size
+        while not self._ready(size, self._inbox):
+            deadline = self._current_deadline()
+            if deadline is not None and time.monotonic() >= deadline:
+                return self._expired(size)
+            self._park(deadline)
+        return self._take(size)
+
+    def _ready(self, size: int, data: bytes | bytearray) -> bool:
+        """Whether a read may return: the end, an error, or what `gate` asks for (`data`: what is new)."""
+        if self._eof or self._error is not None:
+            return True
+        held = len(self._inbox)
+        if not held:
+            return False
+        gate = self.gate
+        if gate is None or held >= size:
+            return True
+        if gate == LINE:
+            return b"\n" in data
+        return held >= gate
+
+    def _current_deadline(self) -> float | None:
+        if not self.waiting:
+            return None if self._deadline is None else self._deadline.deadline
+        limit = self._read_timeout if self._first else self._keepalive
+        return self._wait_began + limit if limit else None
+
+    def _park(self, deadline: float | None) -> None:
+        if deadline is not None and deadline != self._registered:
+            _deadlines.add(deadline, self)
+            self._registered = deadline
+        if self._watcher is None:
+            self._watcher = gevent.get_hub().loop.io(self._raw.fileno(), 1)
+        waiter: Waiter[bool] = Waiter()
+        self._waiter = waiter
+        self._watcher.start(self._readable)
+        try:
+            waiter.get()
+        finally:
+            self._watcher.stop()
+            self._waiter = None
+
+    def _readable(self) -> None:
+        """The loop's callback when the socket has bytes (or its end): read them; wake the greenlet only
+        if its read can now return."""
+        try:
+            # RECV_SIZE at a time: a recv() allocates what it is asked for, and a slow client's byte must
+            # not cost a megabyte's allocation. A fast body is read on while the pieces come full.
+            data = piece = self._raw.recv(RECV_SIZE)
+            while len(piece) == RECV_SIZE and len(self._inbox) + len(data) < self._want:
+                try:
+                    piece = self._raw.recv(RECV_SIZE)
+                except (BlockingIOError, InterruptedError):
+                    break
+                data += piece
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._error, data = exc, b""
+        if data:
+            if self.waiting:
+                self._begin(time.monotonic())
+            self._inbox += data
+        elif self._error is None:
+            self._eof = True
+        if self._waiter is not None and self._ready(self._want, data):
+            self._watcher.stop()
+            self._waiter.switch(True)
+
+    def swept(self, now: float) -> None:
+        """_Deadlines' call when a deadline this reader registered has come: wake it if it is still
+        waiting and its deadline is past; register its later deadline if it has one."""
+        self._registered = None
+        if self._waiter is None:
+            return  # not waiting: its next wait registers its deadline again
+        deadline = self._current_deadline()
+        if deadline is None:
+            return
+        if now >= deadline:
+            self._watcher.stop()
+            self._waiter.switch(False)
+        else:
+            _deadlines.add(deadline, self)
+            self._registered = deadline
+
+    def _expired(self, size: int) -> bytes:
+        if not self.waiting:
+            assert self._deadline is not None
+            return self._deadline.recv(size)  # past its deadline: logs, and raises ClientReadTimeout
+        if self._first and self._deadline is not None:
+            self._deadline.deadline = self._wait_began
+            return self._deadline.recv(size)
+        return b""  # idle for longer than keep-alive: closed quietly, as an idle connection is
+
+    def _take(self, size: int) -> bytes:
+        inbox = self._inbox
+        if not inbox:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            return b""
+        if self.waiting:
+            self._begin(time.monotonic())  # a pipelined request's bytes, read with the one before
+        data = bytes(inbox[:size])
+        del inbox[:size]
+        return data
+
+    # ------------------------------------------------------------------ TLS sockets, draining reads
+
+    def _first_bytes(self, size: int) -> bytes:
+        began = time.monotonic()
+        limit = (self._read_timeout if self._first else self._keepalive) or None
+        if self._first:
+            limit = limit and max(0.001, self._wait_began + limit - began)
+        else:
+            self._wait_began = began
+        try:
+            data = self._read(size, limit)
+        except TimeoutError:
+            return self._expired(size)
+        if data:
+            self._begin(time.monotonic())
+        return data
+
+    def _read(self, size: int, timeout: float | None) -> bytes:
+        self._sock.settimeout(timeout)
+        try:
+            data: bytes = self._sock.recv(size)
+            return data
+        finally:
+            try:
+                self._sock.settimeout(None)
+            except OSError:
+                pass
+
+    def close_if_waiting(self) -> None:
+        """Stopping: a connection waiting for a request gets none (its read sees the end at once)."""
+        if self.waiting:
+            shutdown_reading(self._sock)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)

@@ -1,0 +1,267 @@
+"""The gevent worker's reads on a real event loop: the reader's three states (waiting for a request,
+reading it under -read-timeout, draining its body), reads woken only when they can go on, the one sweeping
+timer for deadlines, and connections that wait for their first byte without a greenlet."""
+
+from __future__ import annotations
+
+import time
+
+import gevent
+import gevent.socket
+import pytest
+from gunicorn.http.unreader import SocketUnreader
+
+from hookrunner.ops.log import log
+from hookrunner.serve import greenreads
+from hookrunner.serve.greenreads import LINE, DormantConnection, GatedUnreader
+from hookrunner.serve.greenreads import RequestReader as _RequestReader
+from hookrunner.serve.worker import ClientReadTimeout
+
+
+def after_one_request(reader: _RequestReader, client: gevent.socket.socket) -> None:
+    """A first request read and answered: the reader now waits for the next one."""
+    client.sendall(b"one")
+    assert reader.recv(100) == b"one"
+    reader.request_done()
+    reader.next_request()
+
+
+def test_the_first_request_has_the_read_timeout_from_the_start(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, _client = pair
+    reader = _RequestReader(server, 0.2, 5.0, ("127.0.0.1", 1))
+    began = time.monotonic()
+    with pytest.raises(ClientReadTimeout):
+        reader.recv(100)
+    assert 0.15 <= time.monotonic() - began < 1
+
+
+def test_a_request_shares_one_deadline_from_its_first_byte(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    reader = _RequestReader(server, 0.3, 5.0, ("127.0.0.1", 1))
+    client.sendall(b"G")
+    assert reader.recv(100) == b"G"
+    assert not reader.waiting
+    began = time.monotonic()
+
+    def trickle() -> None:
+        for _ in range(20):
+            client.sendall(b"x")
+            gevent.sleep(0.05)
+
+    feeder = gevent.spawn(trickle)
+    try:
+        with pytest.raises(ClientReadTimeout):
+            while True:
+                reader.recv(100)
+    finally:
+        feeder.kill()
+    assert time.monotonic() - began < 0.6
+
+
+def test_between_requests_the_wait_is_the_keepalive_time_and_then_the_end(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    reader = _RequestReader(server, 0.0, 0.2, ("127.0.0.1", 1))
+    after_one_request(reader, client)
+    assert reader.waiting
+    began = time.monotonic()
+    assert reader.recv(100) == b""  # idle past the keep-alive time: the connection ends quietly
+    assert 0.15 <= time.monotonic() - began < 1
+
+
+def test_a_later_request_gets_a_whole_read_timeout_from_its_first_byte(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    reader = _RequestReader(server, 0.3, 5.0, ("127.0.0.1", 1))
+    after_one_request(reader, client)
+    gevent.sleep(0.4)  # idle for longer than the read timeout: that is keep-alive time, not the request's
+    client.sendall(b"two")
+    assert reader.recv(100) == b"two"
+    client.sendall(b"more")
+    assert reader.recv(100) == b"more"
+
+
+def test_draining_reads_are_bounded_by_the_callers_timeout_only(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    reader = _RequestReader(server, 0.1, 5.0, ("127.0.0.1", 1))
+    client.sendall(b"head")
+    assert reader.recv(100) == b"head"
+    reader.request_done()
+    gevent.sleep(0.2)  # past the request's deadline: the drain is not the request
+    client.sendall(b"rest")
+    reader.settimeout(0.5)
+    assert reader.gettimeout() == 0.5
+    assert reader.recv(100) == b"rest"
+    with pytest.raises(TimeoutError):
+        reader.recv(100)
+
+
+def test_stopping_ends_a_connection_waiting_for_a_request_only(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    reader = _RequestReader(server, 0.0, 5.0, ("127.0.0.1", 1))
+    client.sendall(b"GET")
+    assert reader.recv(100) == b"GET"
+    reader.close_if_waiting()  # mid-request: left alone
+    client.sendall(b" /")
+    assert reader.recv(100) == b" /"
+    reader.request_done()
+    reader.next_request()
+    waiter = gevent.spawn(reader.recv, 100)
+    gevent.sleep(0.05)
+    reader.close_if_waiting()
+    assert waiter.get(timeout=2) == b""
+
+
+def test_a_pipelined_request_is_read_under_the_deadline_not_the_keepalive_time(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    reader = _RequestReader(server, 0.3, 0.1, ("127.0.0.1", 1))
+    after_one_request(reader, client)
+    # The next request's head was already buffered: the parser has it without reading the socket.
+    reader.request_started()
+    assert not reader.waiting
+    gevent.sleep(0.15)  # longer than keep-alive: a waiting read would have ended the connection
+    client.sendall(b"body")
+    assert reader.recv(100) == b"body"
+    with pytest.raises(ClientReadTimeout):  # and the request's deadline still holds
+        reader.recv(100)
+
+
+def trickle(client: gevent.socket.socket, data: bytes, pause: float = 0.01) -> gevent.Greenlet:
+    def send() -> None:
+        for i in range(len(data)):
+            client.sendall(data[i : i + 1])
+            gevent.sleep(pause)
+
+    return gevent.spawn(send)
+
+
+def test_a_head_read_wakes_only_when_a_line_has_ended(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    reader = _RequestReader(server, 5.0, 5.0, ("127.0.0.1", 1))
+    reader.gate = LINE
+    feeder = trickle(client, b"GET / HTTP/1.1\r\nHos")
+    # One read returns the whole line: twenty bytes arrived one by one, and the parser saw none of them alone.
+    assert reader.recv(8192) == b"GET / HTTP/1.1\r\n"
+    assert not reader.waiting
+    feeder.get(timeout=5)
+    reader.gate = None
+    assert reader.recv(8192) == b"Hos"  # an ungated read takes what is there
+
+
+def test_a_body_read_wakes_when_the_bytes_it_needs_are_there(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    reader = _RequestReader(server, 5.0, 5.0, ("127.0.0.1", 1))
+    reader.request_started()
+    reader.gate = 10
+    feeder = trickle(client, b"0123456789ab")
+    data = reader.recv(65536)
+    assert data[:10] == b"0123456789"
+    feeder.get(timeout=5)
+
+
+def test_a_gated_read_returns_at_the_end_with_what_came(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    reader = _RequestReader(server, 5.0, 5.0, ("127.0.0.1", 1))
+    reader.gate = LINE
+    client.sendall(b"GET / HT")
+    client.shutdown(2)
+    assert reader.recv(8192) == b"GET / HT"
+    assert reader.recv(8192) == b""
+
+
+def test_a_gated_read_still_ends_at_the_deadline(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    reader = _RequestReader(server, 0.3, 5.0, ("127.0.0.1", 1))
+    reader.gate = LINE
+    client.sendall(b"GET / HTTP/1.1\r\n")
+    began = time.monotonic()
+    assert reader.recv(8192) == b"GET / HTTP/1.1\r\n"
+    feeder = trickle(client, b"X-a: " + b"a" * 100, pause=0.02)
+    with pytest.raises(ClientReadTimeout):
+        reader.recv(8192)
+    assert time.monotonic() - began < 0.3 + 2 * greenreads.SWEEP + 0.3
+    feeder.kill()
+
+
+def test_the_unreader_tells_the_reader_what_each_read_needs() -> None:
+    seen: list[int | None] = []
+
+    class Source:
+        gate: int | None = None
+
+        def recv(self, size: int) -> bytes:
+            seen.append(self.gate)
+            return b"abcd"
+
+    source = Source()
+    unreader = GatedUnreader(source)
+    assert isinstance(unreader, SocketUnreader)
+    assert unreader.read() == b"abcd"
+    assert unreader.read(6) == b"abcdab"  # needed 6, then the 2 still missing
+    assert seen == [LINE, 6, 2]
+    assert source.gate is None  # only while a read waits
+
+
+def test_a_dormant_connection_starts_at_its_first_byte(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    started: list[float] = []
+    dormant: set[DormantConnection] = set()
+    connection = DormantConnection(server, ("127.0.0.1", 1), 5.0, started.append, dormant)
+    assert dormant == {connection}
+    gevent.sleep(0.05)
+    assert not started
+    client.sendall(b"G")
+    gevent.sleep(0.05)
+    assert started == [connection.accepted]
+    assert not dormant
+    assert server.recv(10) == b"G"  # the byte is left for the reader
+
+
+def test_a_dormant_connection_is_closed_at_the_read_timeout_with_the_log_line(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server, client = pair
+    lines: list[str] = []
+    monkeypatch.setattr(log, "output", lambda message, **_: lines.append(message))
+    started: list[float] = []
+    dormant: set[DormantConnection] = set()
+    DormantConnection(server, ("127.0.0.1", 7), 0.2, started.append, dormant)
+    began = time.monotonic()
+    client.settimeout(3)
+    assert client.recv(10) == b""  # closed, no answer
+    assert 0.15 <= time.monotonic() - began < 1
+    assert not started and not dormant
+    assert lines == ["closing the connection from 127.0.0.1:7: request not received within 0.2s"]
+
+
+def test_stopping_closes_a_dormant_connection(pair: tuple[gevent.socket.socket, gevent.socket.socket]) -> None:
+    server, client = pair
+    started: list[float] = []
+    dormant: set[DormantConnection] = set()
+    connection = DormantConnection(server, ("127.0.0.1", 1), 0.0, started.append, dormant)
+    connection.close()
+    client.settimeout(3)
+    assert client.recv(10) == b""
+    assert not started and not dormant
