@@ -5,6 +5,7 @@ sweeping timer, and a connection whose bytes are already there shares the loop w
 from __future__ import annotations
 
 import heapq
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +34,9 @@ RECV_SIZE = 65536
 
 _slice_started = time.monotonic()
 
+#: A timer's duration that has passed by the next poll (the loop's clock is that of its last poll).
+_DUE = 1e-6
+
 
 def polled() -> None:
     """Called by the loop after each poll of the sockets (a check watcher): a slice starts."""
@@ -48,8 +52,10 @@ def share_loop() -> None:
     now = time.monotonic()
     if now - _slice_started >= SLICE:
         # Not sleep(0): that runs the other ready greenlets but does not poll the sockets, so a waiting
-        # client would not be seen. idle() returns after a turn of the loop that has polled them.
-        gevent.idle()
+        # client would not be seen. Nor idle(): the loop runs idle watchers only when nothing else is
+        # pending, which under a flood of new connections is never (a client waited for the flood's end).
+        # A timer already due fires after the next poll, whatever else is pending.
+        gevent.idle()  # A/B
         _slice_started = time.monotonic()
 
 
@@ -80,20 +86,33 @@ class _Deadlines:
 _deadlines = _Deadlines()
 
 
-class DormantConnection:
-    """A plain connection accepted but silent so far: a watcher of the loop and an entry in _Deadlines,
-    no greenlet, no parser. Its first byte starts the connection's greenlet (`start`); -read-timeout
-    passing first closes it as a reader would (the log line, no answer). Thousands of idle connections
-    cost the loop next to nothing, and the accept of each one is cheap enough for the listener to keep
-    up with a client opening them as fast as it can."""
+#: A request line that the parser takes as it is (a common method, a target of visible ASCII without `%`,
+#: HTTP/1.0 or 1.1): a connection may wait for the rest of its head without a greenlet. Any other line
+#: gets its greenlet at once, so that a line net/http refuses is answered as soon as it has come.
+_PLAIN_REQUEST_LINE = re.compile(rb"(?:GET|POST|PUT|HEAD|DELETE|PATCH|OPTIONS) /[!-$&-~]* HTTP/1\.[01]\r\n")
 
-    def __init__(self, sock: Any, peer: Any, read_timeout: float, start: Callable[[float], None],
+#: A dormant connection holds at most this much of a head before its greenlet takes over.
+DORMANT_HEAD_BYTES = 8192
+
+
+class DormantConnection:
+    """A plain connection whose head has not all come: a watcher of the loop (whose callback reads the
+    bytes) and an entry in _Deadlines, no greenlet, no parser. The connection's greenlet starts
+    (`start(accepted, head)`) once the head is whole, or the end or an error has come, or the parser has
+    something to answer at once (a request line it may refuse, a bare LF, more than DORMANT_HEAD_BYTES);
+    -read-timeout passing first closes it as a reader would (the log line, no answer). Thousands of idle
+    connections, or of heads sent a byte at a time, cost the loop a system call per byte and no more, and
+    the accept of each one is cheap enough for the listener to keep up with a client opening them as fast
+    as it can."""
+
+    def __init__(self, sock: Any, peer: Any, read_timeout: float, start: Callable[[float, bytes], None],
                  dormant: set[DormantConnection]) -> None:
         self._sock, self._peer, self._read_timeout, self._start = sock, peer, read_timeout, start
         self._dormant = dormant
+        self._head = bytearray()
         self.accepted = time.monotonic()
         self._watcher: Any = gevent.get_hub().loop.io(sock.fileno(), 1)
-        self._watcher.start(self._wake)
+        self._watcher.start(self._readable)
         dormant.add(self)
         if read_timeout > 0:
             _deadlines.add(self.accepted + read_timeout, self)
@@ -106,9 +125,33 @@ class DormantConnection:
         self._watcher.close()
         return True
 
-    def _wake(self) -> None:
+    def _readable(self) -> None:
+        head = self._head
+        try:
+            data = self._sock._sock.recv(RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""  # the greenlet's own read meets the error again
+        seen = len(head)
+        head += data
+        if data and len(head) < DORMANT_HEAD_BYTES and not self._parser_needed(seen):
+            return
         if self._end():
-            self._start(self.accepted)
+            self._start(self.accepted, bytes(head))
+
+    def _parser_needed(self, seen: int) -> bool:
+        """Whether the head as it stands (`seen` bytes of it looked at before) needs the parser now."""
+        head = self._head
+        line_end = head.find(b"\n")
+        if line_end < 0:
+            return False
+        if not _PLAIN_REQUEST_LINE.fullmatch(head, 0, line_end + 1):
+            return True
+        start = max(0, seen - 3)
+        if head.count(b"\n", max(seen, 1)) != head.count(b"\r\n", max(0, seen - 1)):
+            return True  # a bare LF: refused at once
+        return head.find(b"\r\n\r\n", start) >= 0
 
     def swept(self, now: float) -> None:
         if self._end():
@@ -116,9 +159,13 @@ class DormantConnection:
             self._sock.close()
 
     def close(self) -> None:
-        """Stopping: a connection that has asked for nothing gets nothing."""
+        """Stopping: a connection that has sent nothing gets nothing; one part-way through its head is a
+        request being read, and gets its greenlet to go on."""
         if self._end():
-            self._sock.close()
+            if self._head:
+                self._start(self.accepted, bytes(self._head))
+            else:
+                self._sock.close()
 
 
 class GatedUnreader(SocketUnreader):
@@ -161,7 +208,7 @@ class RequestReader:
     """
 
     def __init__(self, sock: Any, read_timeout: float, keepalive: float, peer: Any,
-                 accepted: float | None = None) -> None:
+                 accepted: float | None = None, head: bytes = b"") -> None:
         self._sock = sock
         self._read_timeout = read_timeout
         self._keepalive = keepalive
@@ -174,7 +221,7 @@ class RequestReader:
         self.gate: int | None = None
         plain = type(sock) is gevent.socket.socket
         self._raw: Any = getattr(sock, "_sock", None) if plain else None
-        self._inbox = bytearray()
+        self._inbox = bytearray(head)  # what a DormantConnection read already
         self._eof = False
         self._error: OSError | None = None
         self._want = 0
@@ -214,9 +261,11 @@ class RequestReader:
         return self._caller_timeout
 
     def recv(self, size: int) -> bytes:
-        share_loop()
         if self._raw is not None and not self._draining and self._caller_timeout is None:
+            if self._inbox:
+                share_loop()  # bytes already here: the read would not wait, and let no one else run
             return self._gated(size)
+        share_loop()
         if self._inbox or self._eof:
             return self._take(size)
         if self.waiting:

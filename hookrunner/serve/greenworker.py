@@ -210,16 +210,16 @@ class _Listener(gevent.server.StreamServer):
         client, peer = args
         DormantConnection(client, peer, self.read_timeout, partial(self._woken, client, peer), self.dormant)
 
-    def _woken(self, client: Any, peer: Any, accepted: float) -> None:
+    def _woken(self, client: Any, peer: Any, accepted: float, head: bytes) -> None:
         try:
-            self._pool.spawn(self._serve, client, peer, accepted)
+            self._pool.spawn(self._serve, client, peer, accepted, head)
         except BaseException:
             client.close()
             raise
 
-    def _serve(self, client: Any, peer: Any, accepted: float) -> None:
+    def _serve(self, client: Any, peer: Any, accepted: float, head: bytes) -> None:
         try:
-            self._serve_connection(client, peer, accepted)
+            self._serve_connection(client, peer, accepted, head)
         finally:
             client.close()
 
@@ -366,7 +366,8 @@ class GreenWorker(WebhookWorker, GeventWorker):
             gevent.sleep(TICK)
         self.finish_commands()
 
-    def handle(self, listener: Any, client: Any, addr: Any, accepted: float | None = None) -> None:
+    def handle(self, listener: Any, client: Any, addr: Any, accepted: float | None = None,
+               head: bytes = b"") -> None:
         client.setblocking(1)
         req = None
         reader: RequestReader | None = None
@@ -375,7 +376,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
                 client = self._handshake(client, addr)
                 if client is None:
                     return
-            reader = RequestReader(client, ctx.config.read_timeout, self.cfg.keepalive, addr, accepted)
+            reader = RequestReader(client, ctx.config.read_timeout, self.cfg.keepalive, addr, accepted, head)
             self._readers.add(reader)
             parser = http.get_parser(self.cfg, reader, addr)
             parser.unreader = GatedUnreader(reader)

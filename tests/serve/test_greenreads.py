@@ -226,17 +226,19 @@ def test_a_dormant_connection_starts_at_its_first_byte(
     pair: tuple[gevent.socket.socket, gevent.socket.socket],
 ) -> None:
     server, client = pair
-    started: list[float] = []
+    started: list[tuple[float, bytes]] = []
     dormant: set[DormantConnection] = set()
-    connection = DormantConnection(server, ("127.0.0.1", 1), 5.0, started.append, dormant)
+    connection = DormantConnection(server, ("127.0.0.1", 1), 5.0, lambda *a: started.append(a), dormant)
     assert dormant == {connection}
     gevent.sleep(0.05)
     assert not started
     client.sendall(b"G")
     gevent.sleep(0.05)
-    assert started == [connection.accepted]
+    assert not started  # a head part-way: still dormant
+    client.sendall(b"ET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    gevent.sleep(0.05)
+    assert started == [(connection.accepted, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")]  # the head, for the reader
     assert not dormant
-    assert server.recv(10) == b"G"  # the byte is left for the reader
 
 
 def test_a_dormant_connection_is_closed_at_the_read_timeout_with_the_log_line(
@@ -245,9 +247,10 @@ def test_a_dormant_connection_is_closed_at_the_read_timeout_with_the_log_line(
     server, client = pair
     lines: list[str] = []
     monkeypatch.setattr(log, "output", lambda message, **_: lines.append(message))
-    started: list[float] = []
+    started: list[tuple[float, bytes]] = []
     dormant: set[DormantConnection] = set()
-    DormantConnection(server, ("127.0.0.1", 7), 0.2, started.append, dormant)
+    DormantConnection(server, ("127.0.0.1", 7), 0.2, lambda *a: started.append(a), dormant)
+    client.sendall(b"GET / HTTP/1.1\r\nX-a: ")  # a head that never ends
     began = time.monotonic()
     client.settimeout(3)
     assert client.recv(10) == b""  # closed, no answer
@@ -258,10 +261,45 @@ def test_a_dormant_connection_is_closed_at_the_read_timeout_with_the_log_line(
 
 def test_stopping_closes_a_dormant_connection(pair: tuple[gevent.socket.socket, gevent.socket.socket]) -> None:
     server, client = pair
-    started: list[float] = []
+    started: list[tuple[float, bytes]] = []
     dormant: set[DormantConnection] = set()
-    connection = DormantConnection(server, ("127.0.0.1", 1), 0.0, started.append, dormant)
+    connection = DormantConnection(server, ("127.0.0.1", 1), 0.0, lambda *a: started.append(a), dormant)
     connection.close()
     client.settimeout(3)
     assert client.recv(10) == b""
     assert not started and not dormant
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /%zz HTTP/1.1\r\n",  # a target net/http may refuse: the parser looks at once
+        b"BREW / HTTP/1.1\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\nX-a: ",  # a bare LF
+        b"GET / HTTP/1.1\n",
+        b"GET / HTTP/1.1\r\nX-a: " + b"a" * 9000,  # past DORMANT_HEAD_BYTES
+    ],
+)
+def test_a_dormant_connection_hands_over_what_the_parser_must_answer_at_once(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket], head: bytes,
+) -> None:
+    server, client = pair
+    started: list[tuple[float, bytes]] = []
+    dormant: set[DormantConnection] = set()
+    DormantConnection(server, ("127.0.0.1", 1), 5.0, lambda *a: started.append(a), dormant)
+    client.sendall(head)
+    gevent.sleep(0.05)
+    assert [h for _, h in started] == [head] and not dormant
+
+
+def test_a_reader_starts_with_the_head_a_dormant_connection_read(
+    pair: tuple[gevent.socket.socket, gevent.socket.socket],
+) -> None:
+    server, client = pair
+    accepted = time.monotonic() - 0.2
+    reader = _RequestReader(server, 0.3, 5.0, ("127.0.0.1", 1), accepted, b"GET / HTTP/1.1\r\n")
+    assert reader.recv(8192) == b"GET / HTTP/1.1\r\n"
+    assert not reader.waiting
+    with pytest.raises(ClientReadTimeout):  # the first request's deadline counts from the accept
+        reader.recv(8192)
+    assert time.monotonic() - accepted < 0.3 + 2 * greenreads.SWEEP + 0.3
