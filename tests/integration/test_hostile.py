@@ -211,3 +211,43 @@ def test_accept_errors_at_the_fd_limit_log_one_line_each_and_recover(tmp_path: P
     assert "http: Accept error: accept tcp 127.0.0.1:" in log, log[-2000:]
     assert "too many open files; retrying in 5ms" in log
     assert "Traceback" not in log, log[-3000:]
+
+
+@pytest.mark.xfail(
+    "gthread" in HOOKRUNNER_TEST_FLAGS,
+    reason="the threaded worker sees its parent gone, then waits for its slow clients' requests "
+    "(up to -read-timeout) before it exits",
+    strict=True,
+)
+def test_a_worker_whose_master_was_killed_exits_under_a_flood(server: Target) -> None:
+    """gunicorn's worker ends itself when its parent changes, at its next heartbeat; under a flood of
+    5,000 connections that starved the loop an orphaned worker kept serving after its master was
+    SIGKILLed. (This profile's 900 connections did not starve the earlier code either: it guards the
+    heartbeat, scripts/hostile's 5,000 showed the starvation.)"""
+    import os
+    import signal
+
+    workers = worker_pids(server)
+    assert len(workers) == 1
+    floods = [Flood(server.port, "slowloris", 600).open(), Flood(server.port, "slowbody", 300).open()]
+    try:
+        time.sleep(1)
+        os.kill(server.process.pid, signal.SIGKILL)
+        server.process.wait(5)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and _running(workers[0]):
+            time.sleep(0.1)
+        assert not _running(workers[0]), "the orphaned worker is still running"
+    finally:
+        for flood in floods:
+            flood.close()
+        if _running(workers[0]):
+            os.kill(workers[0], signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
