@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -128,12 +129,20 @@ def start(name: str, argv: list[str], workdir: Path, hook_list: list[dict[str, o
 
 
 def stop(target: Target) -> None:
+    """Stop the server; a worker left behind by a master killed after 15 s is killed too (it would go on
+    ending its runs, and take the CPU from the attacks that follow)."""
+    workers = target.pids()[1:]
     target.process.terminate()
     try:
         target.process.wait(15)
     except subprocess.TimeoutExpired:
         target.process.kill()
         target.process.wait(5)
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def request(port: int, data: bytes, timeout: float = 10.0) -> bytes:
