@@ -47,8 +47,9 @@ CREATE INDEX IF NOT EXISTS history_hook ON history (hook, seq);
 CREATE INDEX IF NOT EXISTS history_id ON history (id, seq);
 """
 
-#: Fields an event may set, and how each is stored.
-_SCALARS = (
+#: Fields an event may set, and how each is stored: the ones a list of runs shows, then those only one
+#: run's page shows, then the JSON ones.
+_SUMMARY = (
     "id",
     "hook",
     "kind",
@@ -59,30 +60,14 @@ _SCALARS = (
     "exit_code",
     "signal",
     "detail",
-    "cwd",
-    "pid",
     "output_size",
     "output_truncated",
 )
+_SCALARS = (*_SUMMARY, "cwd", "pid")
 _JSON = ("argv", "env", "files")
-#: The columns of a listed run (no output), and of one run.
-_LISTED = (
-    "seq",
-    "id",
-    "hook",
-    "kind",
-    "outcome",
-    "accepted_at",
-    "started_at",
-    "ended_at",
-    "duration",
-    "exit_code",
-    "signal",
-    "detail",
-    "output_size",
-    "output_truncated",
-)
-_ONE = (*_LISTED, "argv", "env", "files", "cwd", "pid", "output")
+#: The columns of a listed run (no output; `duration` is computed when a run ends), and of one run.
+_LISTED = ("seq", *_SUMMARY, "duration")
+_ONE = (*_LISTED, *_JSON, "cwd", "pid", "output")
 
 #: At most how many events between two applications of the retention rules; a small -state-keep is applied
 #: more often (every tenth of it), so the history never holds more than about 1.1 times what it keeps.

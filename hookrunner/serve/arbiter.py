@@ -153,6 +153,22 @@ def _ssl_context(conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ss
     return ctx.ssl_context
 
 
+# How gunicorn's parser must read a request for it to read it as net/http does.
+PARSER_OPTIONS: dict[str, Any] = {
+    # net/http limits the request line and headers together to 1 MB + 4 KiB: GoRequest.parse
+    # (protocol.py) enforces that as the head arrives, so gunicorn's own limits on the line and on
+    # each field are that bound too. gunicorn still takes at most 100 fields.
+    "limit_request_line": 0,
+    "limit_request_fields": 100,
+    "limit_request_field_size": MAX_HEAD_BYTES,
+    # Go accepts what gunicorn refuses by default: headers with underscores (kept, not dropped),
+    # any method token (`post` is a method of its own, answered 405 by the app), folded headers.
+    "header_map": "dangerous",
+    "permit_unconventional_http_method": True,
+    "permit_obsolete_folding": True,
+}
+
+
 def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
     """The gunicorn settings that make it behave like webhook's net/http server."""
     options: dict[str, Any] = {
@@ -168,17 +184,7 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
         "graceful_timeout": math.ceil(config.shutdown_timeout) + 5,
         "timeout": 30,
         "keepalive": 5,
-        # net/http limits the request line and headers together to 1 MB + 4 KiB: GoRequest.parse
-        # (protocol.py) enforces that as the head arrives, so gunicorn's own limits on the line and on
-        # each field are that bound too. gunicorn still takes at most 100 fields.
-        "limit_request_line": 0,
-        "limit_request_fields": 100,
-        "limit_request_field_size": MAX_HEAD_BYTES,
-        # Go accepts what gunicorn refuses by default: headers with underscores (kept, not dropped),
-        # any method token (`post` is a method of its own, answered 405 by the app), folded headers.
-        "header_map": "dangerous",
-        "permit_unconventional_http_method": True,
-        "permit_obsolete_folding": True,
+        **PARSER_OPTIONS,
         "forwarded_allow_ips": "",
         "control_socket_disable": True,
         # Who we are now, after -setuid/-setgid; gunicorn's default is whoever imported it (root).

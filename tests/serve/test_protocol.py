@@ -11,6 +11,7 @@ import pytest
 from gunicorn.http import errors as http_errors
 
 from hookrunner.serve import protocol
+from hookrunner.serve.arbiter import PARSER_OPTIONS
 from hookrunner.serve.protocol import (
     MAX_HEAD_BYTES,
     GoChunkedReader,
@@ -130,14 +131,7 @@ def _parse(data: bytes, step: int = 4096) -> GoRequest:
     from gunicorn.http.unreader import IterUnreader
 
     cfg = Config()
-    for key, value in {
-        "limit_request_line": 0,
-        "limit_request_fields": 100,
-        "limit_request_field_size": MAX_HEAD_BYTES,
-        "header_map": "dangerous",
-        "permit_unconventional_http_method": True,
-        "permit_obsolete_folding": True,
-    }.items():
+    for key, value in PARSER_OPTIONS.items():
         cfg.set(key, value)
     pieces = [data[i : i + step] for i in range(0, len(data), step)]
     return GoRequest(cfg, IterUnreader(pieces), ("127.0.0.1", 1))
