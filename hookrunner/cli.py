@@ -18,7 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from hookrunner.config import Config
-from hookrunner.errors import DuplicateHookError, UsageError
+from hookrunner.errors import AdminSetupError, DuplicateHookError, UsageError
 from hookrunner.flags import parse_args
 from hookrunner.ops.log import configure, log
 from hookrunner.serve import tls
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.admin_addr and listener is not None:
         # Before -setuid: the token file may be readable by root only (and the admin code must be loaded).
         import hookrunner.serve.admin  # noqa: F401
-        from hookrunner.serve.adminserver import AdminSetupError, open_admin
+        from hookrunner.serve.adminserver import open_admin
 
         try:
             admin = open_admin(config)

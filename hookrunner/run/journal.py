@@ -136,6 +136,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def create_private_file(state_dir: str, name: str) -> str:
+    """`state_dir` (made 0700 if missing) and `name` in it, created 0600 if missing; returns its path.
+
+    The database file is created before SQLite opens it: its -wal and -shm files take its mode."""
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    path = os.path.join(state_dir, name)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    return path
+
+
 def new_boot_id() -> str:
     """An id for one start of hookrunner, shared by its workers (made in the master, before forking)."""
     return f"{os.getpid()}.{time.time_ns()}"
@@ -153,10 +163,7 @@ class Journal:
         self._enabled = True
         self._finished_since_prune = 0
         try:
-            os.makedirs(state_dir, mode=0o700, exist_ok=True)
-            # Created 0600 before SQLite opens it: its -wal and -shm files take the database file's mode.
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            os.close(fd)
+            create_private_file(state_dir, FILE_NAME)
             self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
         except OSError as exc:
             raise JournalError(f"cannot open {self.path}: {exc.strerror or exc}") from exc
@@ -234,12 +241,6 @@ class Journal:
             return None
         metrics.record_journal("journaled")
         return run_id
-
-    def running(self, run_id: int) -> None:
-        self._guard(
-            "mark a run running",
-            lambda: self._db.execute("UPDATE runs SET state = ? WHERE id = ?", (RUNNING, run_id)),
-        )
 
     def started(self, run_id: int, leader: ProcessId) -> None:
         """An attempt of the run started: its leader process is recorded (replacing an earlier attempt's)."""

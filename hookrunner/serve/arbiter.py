@@ -21,6 +21,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
 from hookrunner.config import Config
+from hookrunner.errors import AdminSetupError
 from hookrunner.ops.log import json_line, log, rfc3339_now
 from hookrunner.run.journal import lock_state_dir, new_boot_id
 from hookrunner.serve import tls
@@ -236,7 +237,7 @@ def serve(
     admin_process: AdminProcess | None = None
     if admin is not None:
         # Before gunicorn forks any worker: the workers send their runs to this one process.
-        from hookrunner.serve.adminserver import AdminSetupError, start_admin
+        from hookrunner.serve.adminserver import start_admin
 
         held = (fd,) if ctx.state_lock is None else (fd, ctx.state_lock)
         try:
