@@ -12,10 +12,11 @@ import stat
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hookrunner.config import Config
 from hookrunner.errors import DuplicateHookError, UsageError
@@ -24,6 +25,8 @@ from hookrunner.ops.log import configure, log
 from hookrunner.serve import tls
 
 if TYPE_CHECKING:
+    from hookrunner.hooks.load import HookRegistry
+    from hookrunner.run.executor import CommandRunner
     from hookrunner.serve.adminserver import AdminListener
 
 #: The upstream release whose behaviour hookrunner follows.
@@ -261,6 +264,36 @@ def raise_fd_limit() -> None:
         pass  # kept as it is, as Go keeps it when the raise is refused
 
 
+def load_server_code(config: Config) -> None:
+    """Import what the master needs, before -setuid/-setgid (after it, the interpreter's own files may be
+    out of reach; a Go binary has everything in memory already). -version, -h and flag errors stay fast.
+
+    The worker loads its own code after the fork, each module only with the flag that needs it, so that
+    neither process holds what the configuration does not use (docs/performance.md, memory at rest).
+    With -setuid/-setgid all of it is loaded here instead, with what a later reload may need."""
+    import hookrunner.hooks.load
+    import hookrunner.serve.arbiter  # noqa: F401
+
+    if config.template:
+        import hookrunner.hooks.template  # noqa: F401
+    if not (config.setuid or config.setgid):
+        return
+    import sqlite3  # noqa: F401 - -state-dir's journal; the rest as the worker loads them
+    from importlib import import_module
+
+    import hookrunner.ops.watcher
+    import hookrunner.run.executor
+    import hookrunner.run.historyfeed
+    import hookrunner.serve.app  # noqa: F401
+    from hookrunner.golang.regexp import load_engine
+
+    serving = "threadworker" if config.worker_class == "gthread" else "greenworker"
+    import_module(f"hookrunner.serve.{serving}")
+    load_engine()  # a reload may bring the first regex
+    if config.metrics:
+        import prometheus_client  # noqa: F401
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run hookrunner with `argv` (default: the process's arguments); return the exit status."""
     try:
@@ -300,15 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
-    # Load all of the server's code now: after -setuid/-setgid the interpreter's own files may be out of
-    # reach (a Go binary has everything in memory already). -version, -h and flag errors stay fast.
-    import hookrunner.hooks.load
-    import hookrunner.run.executor
-    import hookrunner.serve.app
-    import hookrunner.serve.arbiter  # noqa: F401
-
-    if config.template:
-        import hookrunner.hooks.template  # noqa: F401
+    load_server_code(config)
 
     # Problems found before logging is set up are queued, as webhook does, so they reach -logfile.
     problems: list[str] = []
@@ -382,8 +407,6 @@ def main(argv: list[str] | None = None) -> int:
 def _run(config: Config, listener: Listener, admin: AdminListener | None = None) -> int:
     """From `version ... starting` to serving; returns only when the server has stopped."""
     from hookrunner.hooks.load import HookRegistry
-    from hookrunner.run.executor import CommandRunner
-    from hookrunner.serve.app import create_app
     from hookrunner.serve.arbiter import hold_reload_signals, serve
 
     log.output(f"version {hookrunner_version()} starting")
@@ -406,9 +429,6 @@ def _run(config: Config, listener: Listener, admin: AdminListener | None = None)
         for path in registry.files:
             log.output(f"setting up file watcher for {path}")
 
-    # Only the worker, whose every child is a command, runs commands: it adopts their orphans.
-    runner = CommandRunner(config.command_timeout, config.max_concurrent_commands, adopt_orphans=True)
-    app = create_app(config, registry, runner)
     base = f"/{config.urlprefix}" if config.urlprefix else ""
     context: ssl.SSLContext | None = None
     if config.secure:
@@ -436,5 +456,15 @@ def _run(config: Config, listener: Listener, admin: AdminListener | None = None)
     hold_reload_signals()
     log.output("os signal watcher ready")
     fd = listener.sock.detach()
-    serve(config, app, registry, runner, fd, context, admin)
+    serve(config, partial(_build_app, config, registry), registry, fd, context, admin)
     return 0
+
+
+def _build_app(config: Config, registry: HookRegistry) -> tuple[Any, CommandRunner]:
+    """The WSGI app and its command runner, made in the worker (serve/context.py, load_app)."""
+    from hookrunner.run.executor import CommandRunner
+    from hookrunner.serve.app import create_app
+
+    # Only the worker, whose every child is a command, runs commands: it adopts their orphans.
+    runner = CommandRunner(config.command_timeout, config.max_concurrent_commands, adopt_orphans=True)
+    return create_app(config, registry, runner), runner
