@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import importlib
+import importlib.util
 import os
 import resource
 import signal
@@ -13,9 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from functools import partial
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from hookrunner.config import Config
@@ -40,10 +40,50 @@ NO_HOOKS_MESSAGE = (
 
 
 def hookrunner_version() -> str:
+    """The installed distribution's version, from the METADATA file of its .dist-info beside the package:
+    the file importlib.metadata reads, without the ~5 MiB that module's imports would keep in the master
+    (docs/performance.md, memory at rest). Any other kind of install asks importlib.metadata."""
+    site = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        return package_version("hookrunner")
+        infos = [name for name in os.listdir(site)
+            if name.startswith("hookrunner-") and name.endswith(".dist-info")]
+        if len(infos) == 1:
+            with open(os.path.join(site, infos[0], "METADATA"), encoding="utf-8") as metadata:
+                for line in metadata:
+                    if line.startswith("Version: "):
+                        return line[len("Version: ") :].strip()
+                    if not line.strip():
+                        break  # the headers end at the first empty line
+    except OSError:
+        pass
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hookrunner")
     except PackageNotFoundError:
         return "0.0.0"
+
+
+class _DeferredModule(ModuleType):
+    """A module of the standard library that is imported only when something first reads one of its names."""
+
+    def __getattr__(self, name: str) -> Any:  # only for names not yet in the module
+        del sys.modules[self.__name__]
+        real = importlib.import_module(self.__name__)
+        self.__dict__.update(real.__dict__)
+        return getattr(real, name)
+
+
+def _defer_package_metadata() -> None:
+    """gunicorn imports importlib.metadata at start, for entry points that hookrunner never names; that
+    module's own imports (email, zipfile, csv, pathlib) hold ~5 MiB in the master, and the forked worker
+    holds them again (docs/performance.md, memory at rest). It is registered as a _DeferredModule."""
+    if "importlib.metadata" in sys.modules:
+        return
+    spec = importlib.util.find_spec("importlib.metadata")
+    deferred = _DeferredModule("importlib.metadata")
+    deferred.__spec__ = spec  # what the import system checks before it hands out a module already loaded
+    sys.modules["importlib.metadata"] = deferred
 
 
 class ListenError(Exception):
@@ -271,6 +311,7 @@ def load_server_code(config: Config) -> None:
     The worker loads its own code after the fork, each module only with the flag that needs it, so that
     neither process holds what the configuration does not use (docs/performance.md, memory at rest).
     With -setuid/-setgid all of it is loaded here instead, with what a later reload may need."""
+    _defer_package_metadata()
     import hookrunner.hooks.load
     import hookrunner.serve.arbiter  # noqa: F401
 

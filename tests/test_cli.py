@@ -20,6 +20,38 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == "hookrunner version 0.1.0 (webhook 2.8.2 compatible)\n"
 
 
+def test_version_comes_from_the_installed_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib.metadata import version
+
+    assert cli.hookrunner_version() == version("hookrunner")  # the dev install: through importlib.metadata
+    # A wheel's install: the METADATA file of the one hookrunner .dist-info beside the package.
+    package = tmp_path / "hookrunner"
+    package.mkdir()
+    info = tmp_path / "hookrunner-9.8.7.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hookrunner\nVersion: 9.8.7\n\nVersion: 1\n")
+    monkeypatch.setattr(cli, "__file__", str(package / "cli.py"))
+    assert cli.hookrunner_version() == "9.8.7"
+
+
+def test_a_deferred_module_runs_on_its_first_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    name = "colorsys"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    deferred = cli._DeferredModule(name)
+    deferred.__spec__ = importlib.util.find_spec(name)
+    monkeypatch.setitem(sys.modules, name, deferred)
+    import colorsys  # an import statement alone does not run it
+
+    assert colorsys is deferred
+    assert "rgb_to_hsv" not in vars(deferred)
+    assert colorsys.rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)
+    real = sys.modules[name]
+    assert real is not deferred
+    assert deferred.rgb_to_hsv is real.rgb_to_hsv
+
+
 def test_help_and_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["-h"]) == 0
     assert capsys.readouterr().err == usage_text()

@@ -132,6 +132,18 @@ def test_default_flags_load_no_optional_library(tmp_path: Path, running: list[Ru
     assert {"flask", "gevent", "hookrunner.serve.app", "hookrunner.run.executor"} <= imported
     loaded = {name: flag for name, flag in OPTIONAL.items() if name in imported}
     assert loaded == {}
+    # gunicorn's import of importlib.metadata stays deferred (cli._defer_package_metadata).
+    assert "importlib.metadata._meta" not in imported
+
+
+def test_the_version_is_the_installed_one(tmp_path: Path) -> None:
+    python = Path(HOOKRUNNER_BIN).parent / "python"
+    metadata = subprocess.run(
+        [str(python), "-I", "-c", "import importlib.metadata as m; print(m.version('hookrunner'))"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.strip()
+    done = subprocess.run([HOOKRUNNER_BIN, "-version"], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.startswith(f"hookrunner version {metadata} ")
 
 
 @pytest.mark.parametrize(
