@@ -84,6 +84,7 @@ def _defer_package_metadata() -> None:
     deferred = _DeferredModule("importlib.metadata")
     deferred.__spec__ = spec  # what the import system checks before it hands out a module already loaded
     sys.modules["importlib.metadata"] = deferred
+    setattr(importlib, "metadata", deferred)  # noqa: B010 - read as importlib.metadata after `import importlib`
 
 
 class ListenError(Exception):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -50,6 +51,39 @@ def test_a_deferred_module_runs_on_its_first_use(monkeypatch: pytest.MonkeyPatch
     real = sys.modules[name]
     assert real is not deferred
     assert deferred.rgb_to_hsv is real.rgb_to_hsv
+
+
+LOADED_CHILD = """
+import json, sys
+from hookrunner.cli import load_server_code
+from hookrunner.flags import parse_args
+load_server_code(parse_args(sys.argv[1:]))
+print(json.dumps(sorted(sys.modules)))
+"""
+
+#: What the worker needs, and what a reload or a flag may need later.
+WORKER_CODE = {"flask", "gevent", "hookrunner.serve.app", "hookrunner.serve.greenworker", "hookrunner.run.executor"}
+LATER = {"re2", "sqlite3", "watchdog", "prometheus_client"}
+
+
+def loaded_by_the_master(*flags: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED_CHILD, *flags], capture_output=True, text=True, timeout=60, check=True
+    )
+    return set(json.loads(done.stdout))
+
+
+def test_the_master_loads_no_worker_code() -> None:
+    loaded = loaded_by_the_master("-hotreload", "-metrics", "-state-dir", "/nonexistent")
+    assert "hookrunner.serve.arbiter" in loaded
+    assert loaded & (WORKER_CODE | LATER) == set()
+
+
+def test_with_setuid_the_master_loads_everything_before_the_privileges_go() -> None:
+    # After -setuid the interpreter's files may be unreadable: the worker, a reload bringing the first
+    # regex, the journal and the flags' libraries must all be in memory already.
+    loaded = loaded_by_the_master("-setuid", "1", "-setgid", "1", "-hotreload", "-metrics", "-state-dir", "/x")
+    assert WORKER_CODE | LATER <= loaded
 
 
 def test_help_and_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
