@@ -311,26 +311,31 @@ def load_server_code(config: Config) -> None:
 
     The worker loads its own code after the fork, each module only with the flag that needs it, so that
     neither process holds what the configuration does not use (docs/performance.md, memory at rest).
-    With -setuid/-setgid all of it is loaded here instead, with what a later reload may need."""
+    When the master builds the app (serve/arbiter.py, builds_in_master), the worker's code is loaded here;
+    with -setuid/-setgid, also every library a flag or a later reload may need."""
     _defer_package_metadata()
     import hookrunner.hooks.load
-    import hookrunner.serve.arbiter  # noqa: F401
+    from hookrunner.serve.arbiter import builds_in_master
 
     if config.template:
         import hookrunner.hooks.template  # noqa: F401
-    if not (config.setuid or config.setgid):
+    if not builds_in_master(config):
         return
-    import sqlite3  # noqa: F401 - -state-dir's journal; the rest as the worker loads them
     from importlib import import_module
 
-    import hookrunner.ops.watcher
     import hookrunner.run.executor
-    import hookrunner.run.historyfeed
     import hookrunner.serve.app  # noqa: F401
-    from hookrunner.golang.regexp import load_engine
 
     serving = "threadworker" if config.worker_class == "gthread" else "greenworker"
     import_module(f"hookrunner.serve.{serving}")
+    if not (config.setuid or config.setgid):
+        return
+    import sqlite3  # noqa: F401 - -state-dir's journal
+
+    import hookrunner.ops.watcher
+    import hookrunner.run.historyfeed  # noqa: F401
+    from hookrunner.golang.regexp import load_engine
+
     load_engine()  # a reload may bring the first regex
     if config.metrics:
         import prometheus_client  # noqa: F401

@@ -79,6 +79,12 @@ def test_the_master_loads_no_worker_code() -> None:
     assert loaded & (WORKER_CODE | LATER) == set()
 
 
+def test_with_several_workers_the_master_loads_their_code_once_for_all() -> None:
+    loaded = loaded_by_the_master("-workers", "2", "-hotreload", "-metrics", "-state-dir", "/nonexistent")
+    assert WORKER_CODE <= loaded
+    assert loaded & LATER == set()
+
+
 def test_with_setuid_the_master_loads_everything_before_the_privileges_go() -> None:
     # After -setuid the interpreter's files may be unreadable: the worker, a reload bringing the first
     # regex, the journal and the flags' libraries must all be in memory already.

@@ -233,6 +233,13 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
     return options
 
 
+def builds_in_master(config: Config) -> bool:
+    """Whether the master builds the app before forking: with -setuid/-setgid, since a worker may no longer
+    read the interpreter's files, and with -workers over 1, whose workers then share one copy of it (built
+    in each worker, Flask and gevent cost each one ~14 MiB of its own; docs/performance.md)."""
+    return bool(config.setuid or config.setgid) or config.workers > 1
+
+
 def serve(
     config: Config,
     build: Callable[[], tuple[Any, Runner]],
@@ -242,8 +249,7 @@ def serve(
     admin: AdminListener | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT on the listening socket `fd` (HTTPS with `ssl_context` under -secure);
-    `build` makes the WSGI app and its runner, in the worker after the fork, or here with -setuid/-setgid
-    (the worker may no longer read the interpreter's files).
+    `build` makes the WSGI app and its runner, in the worker after the fork, or here (builds_in_master).
 
     Returns only in the master process; the worker process leaves through SystemExit, so callers doing
     clean-up must check their pid.
@@ -251,7 +257,7 @@ def serve(
     ctx.config = config
     ctx.registry = registry
     ctx.build = build
-    if config.setuid or config.setgid:
+    if builds_in_master(config):
         ctx.load_app()
     ctx.boot_id = new_boot_id()
     # Held until the whole tree is gone; inherited by the workers, which open the journal itself.
