@@ -25,7 +25,6 @@ import base64
 import fcntl
 import json
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -156,6 +155,9 @@ class Journal:
 
     def __init__(self, state_dir: str, boot_id: str, keep: int = 1000) -> None:
         """Open (creating, private) the journal in `state_dir`; raises JournalError when it cannot be used."""
+        import sqlite3  # here, not at the top: only -state-dir needs it (docs/performance.md, memory at rest)
+
+        self._failures: tuple[type[Exception], ...] = (sqlite3.Error, OSError)
         self.path = os.path.join(state_dir, FILE_NAME)
         self.keep = max(keep, 0)
         self.boot_id = boot_id
@@ -215,13 +217,13 @@ class Journal:
                 return None
             try:
                 return action()
-            except (sqlite3.Error, OSError) as exc:
+            except self._failures as exc:
                 self._enabled = False
                 metrics.record_journal("failed")
                 log.output(f"run journal {self.path}: cannot {what}: {exc}; {WITHOUT}")
                 try:
                     self._db.close()
-                except sqlite3.Error:
+                except self._failures:
                     pass
                 return None
 

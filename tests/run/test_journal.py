@@ -215,6 +215,7 @@ def test_a_journal_from_a_newer_version_is_refused(tmp_path: Path, logged: io.St
 
 READ_ONLY_CHILD = """
 import os
+import sqlite3  # loaded before the privileges go, as hookrunner does with -setuid (cli.load_server_code)
 import sys
 from hookrunner.run.journal import Journal, JournalError
 if os.geteuid() == 0:  # root writes anywhere: the check runs as an unprivileged user
