@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import importlib
+import importlib.util
 import os
 import resource
 import signal
@@ -12,18 +14,19 @@ import stat
 import sys
 import time
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
-from types import FrameType
-from typing import TYPE_CHECKING
+from functools import partial
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any
 
 from hookrunner.config import Config
-from hookrunner.errors import DuplicateHookError, UsageError
+from hookrunner.errors import AdminSetupError, DuplicateHookError, UsageError
 from hookrunner.flags import parse_args
 from hookrunner.ops.log import configure, log
 from hookrunner.serve import tls
 
 if TYPE_CHECKING:
+    from hookrunner.hooks.load import HookRegistry
+    from hookrunner.run.executor import CommandRunner
     from hookrunner.serve.adminserver import AdminListener
 
 #: The upstream release whose behaviour hookrunner follows.
@@ -37,10 +40,51 @@ NO_HOOKS_MESSAGE = (
 
 
 def hookrunner_version() -> str:
+    """The installed distribution's version, from the METADATA file of its .dist-info beside the package:
+    the file importlib.metadata reads, without the ~5 MiB that module's imports would keep in the master
+    (docs/performance.md, memory at rest). Any other kind of install asks importlib.metadata."""
+    site = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        return package_version("hookrunner")
+        infos = [name for name in os.listdir(site)
+            if name.startswith("hookrunner-") and name.endswith(".dist-info")]
+        if len(infos) == 1:
+            with open(os.path.join(site, infos[0], "METADATA"), encoding="utf-8") as metadata:
+                for line in metadata:
+                    if line.startswith("Version: "):
+                        return line[len("Version: ") :].strip()
+                    if not line.strip():
+                        break  # the headers end at the first empty line
+    except OSError:
+        pass
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hookrunner")
     except PackageNotFoundError:
         return "0.0.0"
+
+
+class _DeferredModule(ModuleType):
+    """A module of the standard library that is imported only when something first reads one of its names."""
+
+    def __getattr__(self, name: str) -> Any:  # only for names not yet in the module
+        del sys.modules[self.__name__]
+        real = importlib.import_module(self.__name__)
+        self.__dict__.update(real.__dict__)
+        return getattr(real, name)
+
+
+def _defer_package_metadata() -> None:
+    """gunicorn imports importlib.metadata at start, for entry points that hookrunner never names; that
+    module's own imports (email, zipfile, csv, pathlib) hold ~5 MiB in the master, and the forked worker
+    holds them again (docs/performance.md, memory at rest). It is registered as a _DeferredModule."""
+    if "importlib.metadata" in sys.modules:
+        return
+    spec = importlib.util.find_spec("importlib.metadata")
+    deferred = _DeferredModule("importlib.metadata")
+    deferred.__spec__ = spec  # what the import system checks before it hands out a module already loaded
+    sys.modules["importlib.metadata"] = deferred
+    setattr(importlib, "metadata", deferred)  # noqa: B010 - read as importlib.metadata after `import importlib`
 
 
 class ListenError(Exception):
@@ -261,6 +305,42 @@ def raise_fd_limit() -> None:
         pass  # kept as it is, as Go keeps it when the raise is refused
 
 
+def load_server_code(config: Config) -> None:
+    """Import what the master needs, before -setuid/-setgid (after it, the interpreter's own files may be
+    out of reach; a Go binary has everything in memory already). -version, -h and flag errors stay fast.
+
+    The worker loads its own code after the fork, each module only with the flag that needs it, so that
+    neither process holds what the configuration does not use (docs/performance.md, memory at rest).
+    When the master builds the app (serve/arbiter.py, builds_in_master), the worker's code is loaded here;
+    with -setuid/-setgid, also every library a flag or a later reload may need."""
+    _defer_package_metadata()
+    import hookrunner.hooks.load
+    from hookrunner.serve.arbiter import builds_in_master
+
+    if config.template:
+        import hookrunner.hooks.template  # noqa: F401
+    if not builds_in_master(config):
+        return
+    from importlib import import_module
+
+    import hookrunner.run.executor
+    import hookrunner.serve.app  # noqa: F401
+
+    serving = "threadworker" if config.worker_class == "gthread" else "greenworker"
+    import_module(f"hookrunner.serve.{serving}")
+    if not (config.setuid or config.setgid):
+        return
+    import sqlite3  # noqa: F401 - -state-dir's journal
+
+    import hookrunner.ops.watcher
+    import hookrunner.run.historyfeed  # noqa: F401
+    from hookrunner.golang.regexp import load_engine
+
+    load_engine()  # a reload may bring the first regex
+    if config.metrics:
+        import prometheus_client  # noqa: F401
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run hookrunner with `argv` (default: the process's arguments); return the exit status."""
     try:
@@ -300,15 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
-    # Load all of the server's code now: after -setuid/-setgid the interpreter's own files may be out of
-    # reach (a Go binary has everything in memory already). -version, -h and flag errors stay fast.
-    import hookrunner.hooks.load
-    import hookrunner.run.executor
-    import hookrunner.serve.app
-    import hookrunner.serve.arbiter  # noqa: F401
-
-    if config.template:
-        import hookrunner.hooks.template  # noqa: F401
+    load_server_code(config)
 
     # Problems found before logging is set up are queued, as webhook does, so they reach -logfile.
     problems: list[str] = []
@@ -321,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.admin_addr and listener is not None:
         # Before -setuid: the token file may be readable by root only (and the admin code must be loaded).
         import hookrunner.serve.admin  # noqa: F401
-        from hookrunner.serve.adminserver import AdminSetupError, open_admin
+        from hookrunner.serve.adminserver import open_admin
 
         try:
             admin = open_admin(config)
@@ -382,8 +454,6 @@ def main(argv: list[str] | None = None) -> int:
 def _run(config: Config, listener: Listener, admin: AdminListener | None = None) -> int:
     """From `version ... starting` to serving; returns only when the server has stopped."""
     from hookrunner.hooks.load import HookRegistry
-    from hookrunner.run.executor import CommandRunner
-    from hookrunner.serve.app import create_app
     from hookrunner.serve.arbiter import hold_reload_signals, serve
 
     log.output(f"version {hookrunner_version()} starting")
@@ -406,9 +476,6 @@ def _run(config: Config, listener: Listener, admin: AdminListener | None = None)
         for path in registry.files:
             log.output(f"setting up file watcher for {path}")
 
-    # Only the worker, whose every child is a command, runs commands: it adopts their orphans.
-    runner = CommandRunner(config.command_timeout, config.max_concurrent_commands, adopt_orphans=True)
-    app = create_app(config, registry, runner)
     base = f"/{config.urlprefix}" if config.urlprefix else ""
     context: ssl.SSLContext | None = None
     if config.secure:
@@ -436,5 +503,15 @@ def _run(config: Config, listener: Listener, admin: AdminListener | None = None)
     hold_reload_signals()
     log.output("os signal watcher ready")
     fd = listener.sock.detach()
-    serve(config, app, registry, runner, fd, context, admin)
+    serve(config, partial(_build_app, config, registry), registry, fd, context, admin)
     return 0
+
+
+def _build_app(config: Config, registry: HookRegistry) -> tuple[Any, CommandRunner]:
+    """The WSGI app and its command runner, made in the worker (serve/context.py, load_app)."""
+    from hookrunner.run.executor import CommandRunner
+    from hookrunner.serve.app import create_app
+
+    # Only the worker, whose every child is a command, runs commands: it adopts their orphans.
+    runner = CommandRunner(config.command_timeout, config.max_concurrent_commands, adopt_orphans=True)
+    return create_app(config, registry, runner), runner

@@ -124,3 +124,7 @@ class ValueRetrievalError(HookrunnerError):
 
 class CommandNotFound(HookrunnerError):
     """exec.LookPath failed; the text is Go's (`exec: "x": executable file not found in $PATH`)."""
+
+
+class AdminSetupError(HookrunnerError):
+    """The admin listener (-admin-addr) cannot be set up as asked; the text says why, for the log (exit 1)."""

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from hookrunner.ops.log import log
 
 #: Tools whose tests would otherwise be skipped; .ci/run installs them all.
 REQUIRED_IN_CI = ("webhook", "git", "curl", "shellcheck", "kubectl")
@@ -23,8 +27,25 @@ def pytest_configure(config: pytest.Config) -> None:
 # Property tests (hypothesis) are seeded: a run is reproducible, and CI sees the same examples each time.
 # HOOKRUNNER_PROPERTY_EXAMPLES asks for more by hand.
 settings.register_profile(
-    "hookrunner", derandomize=True, database=None, deadline=None,
+    "hookrunner",
+    derandomize=True,
+    database=None,
+    deadline=None,
     max_examples=int(os.environ.get("HOOKRUNNER_PROPERTY_EXAMPLES", "200")),
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("hookrunner")
+
+
+@pytest.fixture
+def log_lines() -> Iterator[io.StringIO]:
+    """What hookrunner logs during the test, with logging on."""
+    stream = io.StringIO()
+    saved_stream, saved_enabled = log._stream, log.enabled
+    log.set_output(stream)
+    log.enabled = True
+    try:
+        yield stream
+    finally:
+        log.set_output(saved_stream)
+        log.enabled = saved_enabled

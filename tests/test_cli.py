@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -18,6 +19,77 @@ from hookrunner.serve import tls
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["-version"]) == 0
     assert capsys.readouterr().out == "hookrunner version 0.1.0 (webhook 2.8.2 compatible)\n"
+
+
+def test_version_comes_from_the_installed_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib.metadata import version
+
+    assert cli.hookrunner_version() == version("hookrunner")  # the dev install: through importlib.metadata
+    # A wheel's install: the METADATA file of the one hookrunner .dist-info beside the package.
+    package = tmp_path / "hookrunner"
+    package.mkdir()
+    info = tmp_path / "hookrunner-9.8.7.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hookrunner\nVersion: 9.8.7\n\nVersion: 1\n")
+    monkeypatch.setattr(cli, "__file__", str(package / "cli.py"))
+    assert cli.hookrunner_version() == "9.8.7"
+
+
+def test_a_deferred_module_runs_on_its_first_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    name = "colorsys"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    deferred = cli._DeferredModule(name)
+    deferred.__spec__ = importlib.util.find_spec(name)
+    monkeypatch.setitem(sys.modules, name, deferred)
+    import colorsys  # an import statement alone does not run it
+
+    assert colorsys is deferred
+    assert "rgb_to_hsv" not in vars(deferred)
+    assert colorsys.rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)
+    real = sys.modules[name]
+    assert real is not deferred
+    assert deferred.rgb_to_hsv is real.rgb_to_hsv
+
+
+LOADED_CHILD = """
+import json, sys
+from hookrunner.cli import load_server_code
+from hookrunner.flags import parse_args
+load_server_code(parse_args(sys.argv[1:]))
+print(json.dumps(sorted(sys.modules)))
+"""
+
+#: What the worker needs, and what a reload or a flag may need later.
+WORKER_CODE = {"flask", "gevent", "hookrunner.serve.app", "hookrunner.serve.greenworker", "hookrunner.run.executor"}
+LATER = {"re2", "sqlite3", "watchdog", "prometheus_client"}
+
+
+def loaded_by_the_master(*flags: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED_CHILD, *flags], capture_output=True, text=True, timeout=60, check=True
+    )
+    return set(json.loads(done.stdout))
+
+
+def test_the_master_loads_no_worker_code() -> None:
+    loaded = loaded_by_the_master("-hotreload", "-metrics", "-state-dir", "/nonexistent")
+    assert "hookrunner.serve.arbiter" in loaded
+    assert loaded & (WORKER_CODE | LATER) == set()
+
+
+def test_with_several_workers_the_master_loads_their_code_once_for_all() -> None:
+    loaded = loaded_by_the_master("-workers", "2", "-hotreload", "-metrics", "-state-dir", "/nonexistent")
+    assert WORKER_CODE <= loaded
+    assert loaded & LATER == set()
+
+
+def test_with_setuid_the_master_loads_everything_before_the_privileges_go() -> None:
+    # After -setuid the interpreter's files may be unreadable: the worker, a reload bringing the first
+    # regex, the journal and the flags' libraries must all be in memory already.
+    loaded = loaded_by_the_master("-setuid", "1", "-setgid", "1", "-hotreload", "-metrics", "-state-dir", "/x")
+    assert WORKER_CODE | LATER <= loaded
 
 
 def test_help_and_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:

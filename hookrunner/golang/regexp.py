@@ -3,15 +3,28 @@ that are not UTF-8. Go's regexp syntax is RE2's, with a few differences in what 
 
 from __future__ import annotations
 
+import functools
 import re
+from types import ModuleType
 from typing import Any
 
-import re2
 
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False  # RE2 would otherwise print every bad pattern on stderr
-# RE2's default 8 MiB budget refuses programs Go compiles (`\p{^L}{1000}`); memory is used lazily.
-_RE2_OPTIONS.max_mem = 64 << 20
+@functools.cache
+def _re2() -> tuple[ModuleType, Any]:
+    """google-re2 and its options, loaded with the first pattern: a server whose hooks have no regex
+    never holds it (about 2.5 MiB per process; docs/performance.md, memory at rest)."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # RE2 would otherwise print every bad pattern on stderr
+    # RE2's default 8 MiB budget refuses programs Go compiles (`\p{^L}{1000}`); memory is used lazily.
+    options.max_mem = 64 << 20
+    return re2, options
+
+
+def load_engine() -> None:
+    """Load RE2 now, for a process that may lose access to its files later (-setuid)."""
+    _re2()
 
 # RE2's error codes, reworded as Go's regexp/syntax words them.
 _RE2_TO_GO = {
@@ -88,8 +101,9 @@ def _bad_repeat_count(expr: str) -> str | None:
 
 def _re2_error(pattern: str) -> str | None:
     """RE2's verdict on a pattern, worded as Go's regexp.Compile words it; None when it compiles."""
+    re2, options = _re2()
     try:
-        re2.compile(pattern, _RE2_OPTIONS)
+        re2.compile(pattern, options)
     except re2.error as exc:
         message = exc.args[0] if exc.args else ""
         if isinstance(message, bytes):
@@ -126,7 +140,8 @@ def compile_go_regexp(pattern: str) -> tuple[Any, str | None]:
     error = _re2_error(pattern)
     if error is not None:
         return None, error
-    return re2.compile(pattern, _RE2_OPTIONS), None
+    re2, options = _re2()
+    return re2.compile(pattern, options), None
 
 
 def regexp_subject(arg: str) -> str:

@@ -28,6 +28,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import ObservedWatch
 
 from hookrunner.errors import HooksFileError
+from hookrunner.ops.log import log
 from hookrunner.ops.regularfile import HOOKS_FILE_CAP, read_regular_file_probed
 
 #: Quiet time that ends a burst of events (an editor's write + rename, the kubelet's symlink dance).
@@ -296,7 +297,8 @@ class HooksWatcher:
                 self._wake.clear()
             try:
                 self.check()
-            except Exception:  # noqa: BLE001 - whatever one check meets, hot reload goes on
+            except Exception as exc:  # noqa: BLE001 - whatever one check meets, hot reload goes on
+                log.output(f"hot reload: checking the hooks files failed: {type(exc).__name__}: {exc}")
                 time.sleep(self._debounce)
 
     def _read(
@@ -338,11 +340,13 @@ class HooksWatcher:
             complete, after, data = self._read(path, reals[path], before)
             if not complete or after == before:
                 continue  # a write in progress is read again when its writer closes the file
-            self._states[path] = after
             try:
                 if after is None:
                     self._on_remove(path)
                 else:
                     self._on_change(path, data)
-            except Exception:
-                pass  # a failing callback must not end hot reload
+            except Exception as exc:  # noqa: BLE001 - a failing callback must not end hot reload
+                # Not recorded as seen: the change is offered again at the next check.
+                log.output(f"hot reload: handling a change of {path} failed: {type(exc).__name__}: {exc}")
+                continue
+            self._states[path] = after

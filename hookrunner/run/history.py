@@ -152,7 +152,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._open: dict[str, Ticket] = {}
         self._serial = itertools.count(1)
-        self._prefix = f"{os.getpid()}.{time.time_ns()}"
+        self._prefix = f"{os.getpid()}.{time.time_ns()}"  # unique to this process: keys of its tickets
 
     def ticket(self, run_id: str, hook_id: str, accepted_at: float | None = None) -> Ticket:
         key = f"{self._prefix}.{next(self._serial)}"
@@ -184,8 +184,6 @@ class Recorder:
                 return
             ticket.ended = True
             self._open.pop(ticket.key, None)
-        if fields.get("started_at") is None and ticket.started_at:
-            fields["duration"] = max(0.0, fields["ended_at"] - ticket.started_at)
         self.sink({"event": "run", "key": ticket.key, **fields})
 
     def replaying(self, run_id: str, hook_id: str, accepted_at: float) -> None:

@@ -7,7 +7,6 @@ once) when the listener cannot keep up or is gone."""
 from __future__ import annotations
 
 import json
-import os
 import queue
 import threading
 import time
@@ -16,9 +15,12 @@ from typing import Any
 
 from hookrunner.ops.log import log
 from hookrunner.run.history import Event
+from hookrunner.run.processes import identify
 
 #: Events waiting to be sent from one worker; past this they are dropped.
 QUEUE_SIZE = 10000
+#: Seconds between tries to accept a worker's connection after an error (EMFILE).
+ACCEPT_RETRY = 0.5
 
 
 class FeedClient:
@@ -90,6 +92,7 @@ class FeedServer:
         self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
         self._apply = apply
         self._gone = gone
+        self._closed = False
         self.failures = 0
 
     @property
@@ -100,11 +103,16 @@ class FeedServer:
         threading.Thread(target=self._accept, name="history-feed-accept", daemon=True).start()
 
     def _accept(self) -> None:
-        while True:
+        while not self._closed:
             try:
                 connection = self._listener.accept()
-            except OSError:
-                return  # closed
+            except OSError as exc:
+                if self._closed:
+                    return
+                # Out of file descriptors, say: the workers' connections are taken again once it passes.
+                log.output(f"run history: accepting a worker's connection failed: {exc}")
+                time.sleep(ACCEPT_RETRY)
+                continue
             except Exception:  # noqa: BLE001 - a peer that fails the challenge is simply not served
                 continue
             threading.Thread(
@@ -138,27 +146,15 @@ class FeedServer:
             self._gone(pid)
 
     def close(self) -> None:
+        self._closed = True
         self._listener.close()
 
 
 def process_ended(pid: int, wait: float = 2.0) -> bool:
     """Whether process `pid` is gone or a zombie, waiting up to `wait` seconds for it to be."""
     deadline = time.monotonic() + wait
-    while True:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                state = handle.read().rpartition(b")")[2].split()[0]
-            if state in (b"Z", b"X"):
-                return True
-        except FileNotFoundError:
-            return True
-        except (OSError, IndexError):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return True
-            except OSError:
-                pass
+    while identify(pid) is not None:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
+    return True

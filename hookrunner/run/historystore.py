@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import sqlite3
 import threading
 import time
 from typing import Any
 
 from hookrunner.run.history import CANCELLED, FINAL_OUTCOMES, PENDING, REPLAYED, RUNNING, Event
-from hookrunner.run.journal import FILE_NAME
+from hookrunner.run.journal import FILE_NAME, create_private_file, new_boot_id
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS history (
@@ -47,8 +46,9 @@ CREATE INDEX IF NOT EXISTS history_hook ON history (hook, seq);
 CREATE INDEX IF NOT EXISTS history_id ON history (id, seq);
 """
 
-#: Fields an event may set, and how each is stored.
-_SCALARS = (
+#: Fields an event may set, and how each is stored: the ones a list of runs shows, then those only one
+#: run's page shows, then the JSON ones.
+_SUMMARY = (
     "id",
     "hook",
     "kind",
@@ -59,30 +59,14 @@ _SCALARS = (
     "exit_code",
     "signal",
     "detail",
-    "cwd",
-    "pid",
     "output_size",
     "output_truncated",
 )
+_SCALARS = (*_SUMMARY, "cwd", "pid")
 _JSON = ("argv", "env", "files")
-#: The columns of a listed run (no output), and of one run.
-_LISTED = (
-    "seq",
-    "id",
-    "hook",
-    "kind",
-    "outcome",
-    "accepted_at",
-    "started_at",
-    "ended_at",
-    "duration",
-    "exit_code",
-    "signal",
-    "detail",
-    "output_size",
-    "output_truncated",
-)
-_ONE = (*_LISTED, "argv", "env", "files", "cwd", "pid", "output")
+#: The columns of a listed run (no output; `duration` is computed when a run ends), and of one run.
+_LISTED = ("seq", *_SUMMARY, "duration")
+_ONE = (*_LISTED, *_JSON, "cwd", "pid", "output")
 
 #: At most how many events between two applications of the retention rules; a small -state-keep is applied
 #: more often (every tenth of it), so the history never holds more than about 1.1 times what it keeps.
@@ -96,7 +80,7 @@ class HistoryStore:
         self.path = path
         self.keep = max(keep, 0)
         self.max_age = max(max_age, 0.0)
-        self.boot = f"{os.getpid()}.{time.time_ns()}"
+        self.boot = new_boot_id()
         self._lock = threading.Lock()
         self._since_prune = 0
         self._prune_every = max(1, min(_PRUNE_EVERY, self.keep // 10))
@@ -122,10 +106,7 @@ class HistoryStore:
     @classmethod
     def for_state_dir(cls, state_dir: str, keep: int, max_age: float) -> HistoryStore:
         """The store in the run journal's database file (created private when it is not there yet)."""
-        os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        path = os.path.join(state_dir, FILE_NAME)
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        return cls(path, keep, max_age)
+        return cls(create_private_file(state_dir, FILE_NAME), keep, max_age)
 
     def close(self) -> None:
         with self._lock:

@@ -25,7 +25,6 @@ import base64
 import fcntl
 import json
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -136,6 +135,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def create_private_file(state_dir: str, name: str) -> str:
+    """`state_dir` (made 0700 if missing) and `name` in it, created 0600 if missing; returns its path.
+
+    The database file is created before SQLite opens it: its -wal and -shm files take its mode."""
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    path = os.path.join(state_dir, name)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    return path
+
+
 def new_boot_id() -> str:
     """An id for one start of hookrunner, shared by its workers (made in the master, before forking)."""
     return f"{os.getpid()}.{time.time_ns()}"
@@ -146,6 +155,9 @@ class Journal:
 
     def __init__(self, state_dir: str, boot_id: str, keep: int = 1000) -> None:
         """Open (creating, private) the journal in `state_dir`; raises JournalError when it cannot be used."""
+        import sqlite3  # here, not at the top: only -state-dir needs it (docs/performance.md, memory at rest)
+
+        self._failures: tuple[type[Exception], ...] = (sqlite3.Error, OSError)
         self.path = os.path.join(state_dir, FILE_NAME)
         self.keep = max(keep, 0)
         self.boot_id = boot_id
@@ -153,10 +165,7 @@ class Journal:
         self._enabled = True
         self._finished_since_prune = 0
         try:
-            os.makedirs(state_dir, mode=0o700, exist_ok=True)
-            # Created 0600 before SQLite opens it: its -wal and -shm files take the database file's mode.
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            os.close(fd)
+            create_private_file(state_dir, FILE_NAME)
             self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
         except OSError as exc:
             raise JournalError(f"cannot open {self.path}: {exc.strerror or exc}") from exc
@@ -208,13 +217,13 @@ class Journal:
                 return None
             try:
                 return action()
-            except (sqlite3.Error, OSError) as exc:
+            except self._failures as exc:
                 self._enabled = False
                 metrics.record_journal("failed")
                 log.output(f"run journal {self.path}: cannot {what}: {exc}; {WITHOUT}")
                 try:
                     self._db.close()
-                except sqlite3.Error:
+                except self._failures:
                     pass
                 return None
 
@@ -234,12 +243,6 @@ class Journal:
             return None
         metrics.record_journal("journaled")
         return run_id
-
-    def running(self, run_id: int) -> None:
-        self._guard(
-            "mark a run running",
-            lambda: self._db.execute("UPDATE runs SET state = ? WHERE id = ?", (RUNNING, run_id)),
-        )
 
     def started(self, run_id: int, leader: ProcessId) -> None:
         """An attempt of the run started: its leader process is recorded (replacing an earlier attempt's)."""

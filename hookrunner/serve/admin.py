@@ -14,6 +14,7 @@ from flask import Flask, Response, abort, jsonify, render_template, request, url
 from werkzeug.exceptions import HTTPException
 
 from hookrunner.config import Config
+from hookrunner.ops.log import log
 from hookrunner.run.history import FINAL_OUTCOMES, OUTCOMES
 from hookrunner.run.historystore import HistoryStore
 
@@ -57,7 +58,7 @@ def output_text(output: bytes) -> str:
 
 def api_record(record: dict[str, Any]) -> dict[str, Any]:
     """A stored record as the API gives it: times in RFC 3339 (UTC), output as text and as base64."""
-    result = {("seq" if name == "seq" else name): value for name, value in record.items() if name != "output"}
+    result = {name: value for name, value in record.items() if name != "output"}
     for name in _TIMES:
         if name in result:
             result[name] = iso_time(result[name])
@@ -109,6 +110,15 @@ def create_admin_app(store: HistoryStore, token: bytes | None, config: Config) -
     def http_error(exc: HTTPException) -> Response:
         answer = jsonify({"error": exc.description or exc.name})
         answer.status_code = exc.code or 500
+        return answer
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> Response:
+        # The history's store failing (a locked or broken database file): one line in the log, no
+        # traceback to the client or the log, and the listener goes on.
+        log.output(f"admin listener: {request.method} {request.path}: {type(exc).__name__}: {exc}")
+        answer = jsonify({"error": "the run history could not be read; see hookrunner's log"})
+        answer.status_code = 500
         return answer
 
     # --- the JSON API ---

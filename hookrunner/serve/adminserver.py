@@ -27,13 +27,10 @@ from typing import Any
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 from hookrunner.config import Config
+from hookrunner.errors import AdminSetupError
 from hookrunner.ops.log import log
 from hookrunner.run.historyfeed import FeedServer
 from hookrunner.run.historystore import HistoryStore
-
-
-class AdminSetupError(Exception):
-    """The admin listener cannot be set up as asked; the text says why, for the log (exit 1)."""
 
 
 @dataclass
@@ -227,6 +224,7 @@ def _serve_admin(
         # The master died without stopping us (kill -9): nobody would, and the port would stay taken.
         while os.getppid() == parent:
             time.sleep(1.0)
+        shutil.rmtree(os.path.dirname(feed_address), ignore_errors=True)  # nobody else will
         os._exit(0)
 
     threading.Thread(target=orphaned, name="admin-parent-watch", daemon=True).start()

@@ -1,11 +1,13 @@
 """Serving: gunicorn embedded in-process on an already-bound socket, with webhook's signals and TLS;
-one master (the arbiter) preloads app and hooks, and one worker serves: the gevent worker
+one master (the arbiter) holds the hooks and supervises, and one worker serves: the gevent worker
 (greenworker.py), or with -worker-class gthread the threaded worker (threadworker.py); docs/operations.md
-says why one."""
+says why one. The worker loads its class, Flask and the app after the fork, so the master stays small."""
 
 from __future__ import annotations
 
 import concurrent.futures.thread  # noqa: F401 - loaded lazily by gunicorn; see the note below
+import gc
+import importlib
 import logging
 import math
 import os
@@ -19,15 +21,15 @@ from typing import TYPE_CHECKING, Any
 import gunicorn.glogging  # noqa: F401
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
+from gunicorn.workers.base import Worker
 
 from hookrunner.config import Config
+from hookrunner.errors import AdminSetupError
 from hookrunner.ops.log import json_line, log, rfc3339_now
 from hookrunner.run.journal import lock_state_dir, new_boot_id
 from hookrunner.serve import tls
-from hookrunner.serve.greenworker import GreenWorker
+from hookrunner.serve.context import HELD_SIGNALS, THREADS, Registry, Runner, ctx
 from hookrunner.serve.protocol import MAX_HEAD_BYTES
-from hookrunner.serve.threadworker import THREADS, HookWorker
-from hookrunner.serve.worker import HELD_SIGNALS, Registry, Runner, ctx
 
 if TYPE_CHECKING:
     from hookrunner.serve.adminserver import AdminListener, AdminProcess
@@ -70,6 +72,9 @@ class HookArbiter(Arbiter):
             self.signal(_early_reloads.pop(0), None)
 
     def spawn_worker(self) -> int:
+        # What the master holds now stays out of the collector's reach: a collection in the worker would
+        # otherwise write to every page of it, and each written page is copied (issue 23).
+        gc.freeze()
         # A stop or reload sent to the new worker before it installs its own handlers would reach the
         # master's copied handlers and be lost (the worker would then run until SIGKILL). Hold those
         # signals across the fork; the worker releases them once its handlers are in place.
@@ -106,11 +111,39 @@ class HookArbiter(Arbiter):
         pass
 
 
+class _ForkedWorker(Worker):
+    """What gunicorn's master makes and keeps for a worker: the real worker class (`serving`) is imported,
+    and the app built, only in the forked process, so that the master never loads gevent, Flask or
+    werkzeug (docs/performance.md, memory at rest). The master keeps this object (its heartbeat file,
+    its pid); the worker process runs the real one, on the same heartbeat file."""
+
+    serving = ""  # "module:Class"
+
+    def init_process(self) -> None:
+        module, _, name = self.serving.partition(":")
+        serving = getattr(importlib.import_module(module), name)
+        ctx.load_app()  # before the worker's init_signals, which hands the runner its journal
+        worker = serving(self.age, self.ppid, self.sockets, self.app, self.timeout, self.cfg, self.log)
+        worker.tmp.close()
+        worker.tmp, worker.pid = self.tmp, self.pid
+        try:
+            worker.init_process()
+        finally:
+            self.booted = worker.booted  # gunicorn tells a failed boot from a failure after it by this
+
+
+class GeventWorkerInFork(_ForkedWorker):
+    serving = "hookrunner.serve.greenworker:GreenWorker"
+
+
+class ThreadWorkerInFork(_ForkedWorker):
+    serving = "hookrunner.serve.threadworker:HookWorker"
+
+
 class HookApplication(BaseApplication):
     """gunicorn configured from Config alone: the user never writes a gunicorn config."""
 
-    def __init__(self, wsgi_app: Any, options: dict[str, Any]) -> None:
-        self._wsgi_app = wsgi_app
+    def __init__(self, options: dict[str, Any]) -> None:
         self._options = options
         super().__init__()
 
@@ -122,7 +155,7 @@ class HookApplication(BaseApplication):
                 self.cfg.set(key, value)
 
     def load(self) -> Any:
-        return self._wsgi_app
+        return ctx.load_app()
 
     def run(self) -> None:
         HookArbiter(self).run()
@@ -153,32 +186,39 @@ def _ssl_context(conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ss
     return ctx.ssl_context
 
 
+# How gunicorn's parser must read a request for it to read it as net/http does.
+PARSER_OPTIONS: dict[str, Any] = {
+    # net/http limits the request line and headers together to 1 MB + 4 KiB: GoRequest.parse
+    # (protocol.py) enforces that as the head arrives, so gunicorn's own limits on the line and on
+    # each field are that bound too. gunicorn still takes at most 100 fields.
+    "limit_request_line": 0,
+    "limit_request_fields": 100,
+    "limit_request_field_size": MAX_HEAD_BYTES,
+    # Go accepts what gunicorn refuses by default: headers with underscores (kept, not dropped),
+    # any method token (`post` is a method of its own, answered 405 by the app), folded headers.
+    "header_map": "dangerous",
+    "permit_unconventional_http_method": True,
+    "permit_obsolete_folding": True,
+}
+
+
 def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
     """The gunicorn settings that make it behave like webhook's net/http server."""
     options: dict[str, Any] = {
         "bind": [f"fd://{fd}"],
         # One by default (see docs/operations.md); -workers trades per-process state for CPU cores.
         "workers": max(1, config.workers),
-        "worker_class": GreenWorker if config.worker_class == "gevent" else HookWorker,
+        "worker_class": GeventWorkerInFork if config.worker_class == "gevent" else ThreadWorkerInFork,
         "threads": THREADS,
-        "preload_app": True,
+        # The app is built in the worker (_ForkedWorker), or by serve() before gunicorn starts.
+        "preload_app": False,
         # Commands run in the background of the worker; recycling it would cut them short.
         "max_requests": 0,
         # The master's own bound: the worker's (-shutdown-timeout) plus time to kill leftover commands.
         "graceful_timeout": math.ceil(config.shutdown_timeout) + 5,
         "timeout": 30,
         "keepalive": 5,
-        # net/http limits the request line and headers together to 1 MB + 4 KiB: GoRequest.parse
-        # (protocol.py) enforces that as the head arrives, so gunicorn's own limits on the line and on
-        # each field are that bound too. gunicorn still takes at most 100 fields.
-        "limit_request_line": 0,
-        "limit_request_fields": 100,
-        "limit_request_field_size": MAX_HEAD_BYTES,
-        # Go accepts what gunicorn refuses by default: headers with underscores (kept, not dropped),
-        # any method token (`post` is a method of its own, answered 405 by the app), folded headers.
-        "header_map": "dangerous",
-        "permit_unconventional_http_method": True,
-        "permit_obsolete_folding": True,
+        **PARSER_OPTIONS,
         "forwarded_allow_ips": "",
         "control_socket_disable": True,
         # Who we are now, after -setuid/-setgid; gunicorn's default is whoever imported it (root).
@@ -200,23 +240,32 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
     return options
 
 
+def builds_in_master(config: Config) -> bool:
+    """Whether the master builds the app before forking: with -setuid/-setgid, since a worker may no longer
+    read the interpreter's files, and with -workers over 1, whose workers then share one copy of it (built
+    in each worker, Flask and gevent cost each one ~14 MiB of its own; docs/performance.md)."""
+    return bool(config.setuid or config.setgid) or config.workers > 1
+
+
 def serve(
     config: Config,
-    wsgi_app: Any,
+    build: Callable[[], tuple[Any, Runner]],
     registry: Registry,
-    runner: Runner,
     fd: int,
     ssl_context: ssl.SSLContext | None = None,
     admin: AdminListener | None = None,
 ) -> None:
-    """Serve until SIGTERM/SIGINT on the listening socket `fd` (HTTPS with `ssl_context` under -secure).
+    """Serve until SIGTERM/SIGINT on the listening socket `fd` (HTTPS with `ssl_context` under -secure);
+    `build` makes the WSGI app and its runner, in the worker after the fork, or here (builds_in_master).
 
     Returns only in the master process; the worker process leaves through SystemExit, so callers doing
     clean-up must check their pid.
     """
     ctx.config = config
     ctx.registry = registry
-    ctx.runner = runner
+    ctx.build = build
+    if builds_in_master(config):
+        ctx.load_app()
     ctx.boot_id = new_boot_id()
     # Held until the whole tree is gone; inherited by the workers, which open the journal itself.
     ctx.state_lock = lock_state_dir(config.state_dir) if config.state_dir else None
@@ -225,12 +274,12 @@ def serve(
             config.cert, config.key, config.tls_min_version, config.cipher_suites
         )
     ctx.ssl_context = ssl_context
-    app = HookApplication(wsgi_app, gunicorn_options(config, fd))
+    app = HookApplication(gunicorn_options(config, fd))
     master = os.getpid()
     admin_process: AdminProcess | None = None
     if admin is not None:
         # Before gunicorn forks any worker: the workers send their runs to this one process.
-        from hookrunner.serve.adminserver import AdminSetupError, start_admin
+        from hookrunner.serve.adminserver import start_admin
 
         held = (fd,) if ctx.state_lock is None else (fd, ctx.state_lock)
         try:

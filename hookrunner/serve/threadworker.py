@@ -1,6 +1,6 @@
 """The threaded worker (-worker-class gthread): gunicorn's gthread worker, whose pool of THREADS threads
-serves requests, with webhook's behaviour from worker.py and -read-timeout on each connection: a bounded
-TLS handshake and reads under one deadline per request."""
+(context.py) serves requests, with webhook's behaviour from worker.py and -read-timeout on each
+connection: a bounded TLS handshake and reads under one deadline per request."""
 
 from __future__ import annotations
 
@@ -13,10 +13,6 @@ from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from hookrunner.serve.worker import DeadlineSocket, WebhookWorker, ctx, handshake_expired
-
-#: Threads of the threaded worker: each request that captures a command's output holds one while it runs.
-THREADS = 64
-
 
 
 class _TimedConn(TConn):

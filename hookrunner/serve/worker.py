@@ -12,9 +12,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import gunicorn.http.message
 import gunicorn.http.parser
@@ -25,15 +23,12 @@ from gunicorn.workers.base import Worker
 from werkzeug.exceptions import RequestTimeout
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from hookrunner.config import Config
 from hookrunner.golang.status import status_line
-from hookrunner.hooks.model import Hook
 from hookrunner.ops.log import log
-from hookrunner.ops.watcher import HooksWatcher
 from hookrunner.run.history import Recorder
-from hookrunner.run.historyfeed import FeedClient
-from hookrunner.run.journal import Journal, LeftOver, open_journal
+from hookrunner.run.journal import open_journal
 from hookrunner.serve.answers import HEADER_LIST_KEY, go_request_path
+from hookrunner.serve.context import HELD_SIGNALS, Registry, ctx
 from hookrunner.serve.protocol import (
     ContinueOnRead,
     GoRequest,
@@ -46,67 +41,17 @@ from hookrunner.serve.protocol import (
     http_date,
 )
 
-
-class Registry(Protocol):
-    """What serving needs of hooks.HookRegistry."""
-
-    @property
-    def files(self) -> tuple[str, ...]: ...
-
-    def reload_all(self) -> object: ...
-
-    def reload_file(self, path: str, data: bytes | None = None) -> object: ...
-
-    def remove_file(self, path: str) -> object: ...
-
-    def match(self, hook_id: str) -> Hook | None: ...
-
-    def hooks_of(self, path: str) -> tuple[Hook, ...]: ...
-
-    loaded_at: dict[str, float]
-
-    on_publish: Callable[[], None] | None
-
-
-class Runner(Protocol):
-    """What serving needs of executor.CommandRunner."""
-
-    wait_for: Callable[[Future[Any]], Any]
-
-    journal: Journal | None
-
-    history: Recorder | None
-
-    def shutdown(self, grace: float) -> object: ...
-
-    def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int: ...
-
-
-#: Signals the master holds back across the fork of a worker, until the worker's handlers are in place.
-HELD_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1}
+if TYPE_CHECKING:
+    # Loaded only with the flag that needs them (docs/performance.md, memory at rest): watchdog with
+    # -hotreload, multiprocessing's connections with -admin-addr.
+    from hookrunner.ops.watcher import HooksWatcher
+    from hookrunner.run.historyfeed import FeedClient
 
 
 #: How long net/http waits between shutting the write side of a refused connection and closing it.
 RST_AVOIDANCE_DELAY = 0.5
 
 
-class _Context:
-    """What the worker needs after the fork; set once by serve.serve() before gunicorn starts."""
-
-    config: Config
-    registry: Registry
-    runner: Runner
-    ssl_context: ssl.SSLContext | None = None
-    #: One start of hookrunner (made in the master): the run journal tells a dead worker's runs by it.
-    boot_id: str = ""
-    #: The lock on -state-dir (journal.lock_state_dir); None: no journal for this start.
-    state_lock: int | None = None
-    #: The admin listener's event feed (serve/adminserver.py): its socket path and key; "" for none.
-    history_feed: str = ""
-    history_key: bytes = b""
-
-
-ctx = _Context()
 
 
 class _Reloader:
@@ -128,6 +73,8 @@ class _Reloader:
 
 
 def _start_watcher(registry: Registry) -> HooksWatcher:
+    from hookrunner.ops.watcher import HooksWatcher
+
     def changed(path: str, data: bytes | None) -> None:
         log.output(f"hooks file {path} modified")
         registry.reload_file(path, data)  # the bytes the watcher saw complete, not a second read
@@ -158,6 +105,8 @@ def _start_journal() -> None:
 
 def _start_history() -> FeedClient:
     """Send this worker's run records and the hooks it serves to the admin listener (-admin-addr)."""
+    from hookrunner.run.historyfeed import FeedClient
+
     feed = FeedClient(ctx.history_feed, ctx.history_key)
     recorder = Recorder(feed.send, ctx.config.history_output)
     ctx.runner.history = recorder

@@ -19,7 +19,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,6 @@ from hookrunner.hooks.rules import (
     go_string,
     parse_rule,
 )
-from hookrunner.ops.log import log
 
 
 def make_request(
@@ -77,19 +75,6 @@ def url_match(kind: str, name: str = "a", **fields: Any) -> dict[str, Any]:
 
 def sign(body: bytes, secret: str = "s", digest: Any = hashlib.sha256) -> str:
     return hmac.new(secret.encode(), body, digest).hexdigest()
-
-
-@pytest.fixture
-def log_lines() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
-    saved_stream, saved_enabled = log._stream, log.enabled
-    log.set_output(stream)
-    log.enabled = True
-    try:
-        yield stream
-    finally:
-        log.set_output(saved_stream)
-        log.enabled = saved_enabled
 
 
 # --- decoding --------------------------------------------------------------------------------------------

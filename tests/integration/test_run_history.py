@@ -4,11 +4,14 @@ output, and no new port without -admin-addr."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
 import signal
+import socket
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -192,12 +195,20 @@ def test_retention_follows_state_keep(tmp_path: Path, servers: list[Server]) -> 
 
 
 def test_two_workers_one_history(tmp_path: Path, servers: list[Server]) -> None:
-    server, admin = start(tmp_path, servers, [python_hook("ok", "pass")], "-workers", "2")
-    for n in range(20):
+    server, admin = start(tmp_path, servers, [python_hook("ok", "import os; print(os.getppid())")], "-workers", "2")
+    # Which worker takes each connection is the kernel's choice: push until both have run something.
+    ran_in: dict[int, str] = {}
+    for n in range(300):
         assert trigger(server, "ok", f"w{n}") == 200
-    settle(admin, {f"w{n}": ("immediate", "ok") for n in range(20)})
-    pids = {admin.json(f"/api/v1/runs/w{n}")["pid"] for n in range(20)}
-    assert pids  # the worker(s) that ran them; which one took each connection is the kernel's choice
+        settle(admin, {f"w{n}": ("immediate", "ok")})
+        record = admin.json(f"/api/v1/runs/w{n}")
+        assert record["output"] == f"{record['pid']}\n"  # the command's parent is the recorded worker
+        ran_in.setdefault(record["pid"], record["id"])
+        if len(ran_in) == 2:
+            break
+    master = server.process.pid
+    children = {int(pid) for pid in Path(f"/proc/{master}/task/{master}/children").read_text().split()}
+    assert len(ran_in) == 2 and set(ran_in) <= children, (ran_in, children)
     assert server.stop() == 0
 
 
@@ -293,3 +304,32 @@ def test_a_killed_workers_runs(tmp_path: Path, servers: list[Server], journal: b
         assert runs == [("replayed", "ok"), ("immediate", "replayed")]
     gate.touch()
     assert server.stop() == 0
+
+
+def test_a_killed_master_leaves_no_admin_listener_and_no_feed_folder(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    """kill -9 of the master: nobody stops the admin listener, so it sees it is orphaned, closes its port
+    and removes the folder of the workers' feed socket."""
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    admin_port = free_port()
+    server = Server(tmp_path, [python_hook("ok", "pass")], "-admin-addr", f"127.0.0.1:{admin_port}",
+                    popen=functools.partial(subprocess.Popen, env={**os.environ, "TMPDIR": str(private_tmp)}))
+    servers.append(server)
+    server.ready()
+    assert server.wait_for_log("serving the run history on"), server.log
+    feeds = list(private_tmp.glob("hookrunner-admin-*"))
+    assert len(feeds) == 1 and (feeds[0] / "feed").is_socket(), feeds
+    assert Admin(admin_port).get("/api/v1/hooks")[0] == 200
+    os.kill(server.process.pid, signal.SIGKILL)
+    server.process.wait(10)
+
+    def admin_gone() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", admin_port), timeout=1).close()
+        except OSError:
+            return True
+        return False
+
+    assert wait_until(lambda: admin_gone() and not feeds[0].exists(), timeout=10), list(private_tmp.iterdir())

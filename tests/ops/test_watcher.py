@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 import time
@@ -284,14 +285,14 @@ def test_slow_in_place_save_is_reported_once_complete(hooks_file: Path, recorder
     is asked about writers (a read lease) or, where it cannot be, the events alone tell."""
     watcher = watch([str(hooks_file)], recorder, probe=probe)
     try:
-        for _ in range(2):  # the second time with the watcher's own reads of the first in the stream
+        for saves in range(2):  # the second time with the watcher's own reads of the first in the stream
             with open(hooks_file, "r+b") as handle:
                 handle.truncate(0)
                 handle.flush()
                 time.sleep(1.2)  # longer than the safety interval too
-                assert recorder.events == [("change", str(hooks_file))] * (len(recorder.events))
-                handle.write(b'[{"id": "slow-%d"}]' % len(recorder.events))
-            recorder.wait_for(len(recorder.events) + 1)
+                assert recorder.events == [("change", str(hooks_file))] * saves  # not the empty file
+                handle.write(b'[{"id": "slow-%d"}]' % saves)
+            recorder.wait_for(saves + 1)
         assert recorder.data == [b'[{"id": "slow-0"}]', b'[{"id": "slow-1"}]']
     finally:
         watcher.stop()
@@ -393,3 +394,28 @@ def test_not_a_regular_file_is_reported_unread_then_picked_up_again(
         assert later[-1] == ("change", str(path)) and recorder.data[-1] == b'[{"id": "regular-again"}]'
     finally:
         watcher.stop()
+
+
+def test_a_failing_callback_is_logged_and_the_change_offered_again(
+    hooks_file: Path, recorder: Recorder, log_lines: io.StringIO
+) -> None:
+    failures = [RuntimeError("the loader broke")]
+
+    def changed(path: str, data: bytes | None = None) -> None:
+        if failures:
+            raise failures.pop()
+        recorder.changed(path, data)
+
+    watcher = HooksWatcher([str(hooks_file)], changed, recorder.removed)
+    watcher.start()
+    try:
+        hooks_file.write_text('[{"id": "b"}]')
+        # The first offer fails; the next check (at the latest the safety interval) offers it again.
+        assert recorder.wait_for(1, timeout=DEADLINE + 1.5) == [("change", str(hooks_file))]
+        assert recorder.data == [b'[{"id": "b"}]']
+    finally:
+        watcher.stop()
+    assert log_lines.getvalue().count("\n") == 1
+    assert log_lines.getvalue().rstrip().endswith(
+        f"hot reload: handling a change of {hooks_file} failed: RuntimeError: the loader broke"
+    )

@@ -189,7 +189,8 @@ def test_replayed_runs_and_refused_replays(runner: tuple[CommandRunner, Collecte
     assert sink.store.run("old2")["detail"] == "not replayed: no such hook"  # type: ignore[index]
 
 
-def test_no_recorder_no_events() -> None:
+def test_runs_without_a_history() -> None:
+    """Without -admin-addr there is no recorder, and the run path does without one."""
     run = CommandRunner()
     assert run.history is None
     assert run.submit(python_hook("n", "pass"), req("n1")).result(timeout=20).ok

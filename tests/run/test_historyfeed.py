@@ -3,6 +3,8 @@ Unix socket; a peer without the key is not heard; a worker never waits on a list
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import threading
 import time
@@ -94,3 +96,30 @@ def test_a_worker_that_dies_is_reported_gone_and_a_live_one_is_not(tmp_path: Pat
     if child.stdin:
         child.stdin.close()
     server.close()
+
+
+def test_an_accept_error_is_logged_and_the_feed_accepts_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_lines: io.StringIO
+) -> None:
+    got: list[dict[str, Any]] = []
+    server = FeedServer(str(tmp_path / "feed"), b"k" * 32, got.append)
+    monkeypatch.setattr("hookrunner.run.historyfeed.ACCEPT_RETRY", 0.05)
+    accept = server._listener.accept
+    errors = [OSError(errno.EMFILE, "Too many open files")]
+
+    def flaky() -> Any:
+        if errors:
+            raise errors.pop()
+        return accept()
+
+    monkeypatch.setattr(server._listener, "accept", flaky)
+    server.start()
+    client = FeedClient(server.address, b"k" * 32)
+    client.send({"event": "run", "key": "after-emfile"})
+    assert client.flush(10)
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.01)
+    server.close()
+    assert [e["key"] for e in got] == ["after-emfile"]
+    assert "accepting a worker's connection failed: [Errno 24] Too many open files" in log_lines.getvalue()

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from hookrunner.ops import metrics
-from hookrunner.ops.log import log
 from hookrunner.run.journal import FILE_NAME, SCHEMA_VERSION, Journal, JournalError, RunSpec, open_journal
 from hookrunner.run.processes import ProcessId
 
@@ -49,17 +48,12 @@ class _Runner:
 
 
 @pytest.fixture
-def logged() -> Iterator[io.StringIO]:
-    out = io.StringIO()
-    old_stream, old_enabled = log._stream, log.enabled
-    log.set_output(out)
-    log.enabled = True
+def logged(log_lines: io.StringIO) -> Iterator[io.StringIO]:
+    """The log, with the metrics on (the journal counts its fallbacks)."""
     m = metrics.enable(_Hooks(), _Runner())
     try:
-        yield out
+        yield log_lines
     finally:
-        log.set_output(old_stream)
-        log.enabled = old_enabled
         metrics.disable()
         del m
 
@@ -74,7 +68,7 @@ def test_a_recorded_run_comes_back_exactly_to_the_next_boot(tmp_path: Path) -> N
     first = Journal(str(tmp_path / "state"), "boot-1")
     ids = [first.record(spec(n)) for n in range(3)]
     assert all(isinstance(i, int) for i in ids)
-    first.running(ids[0])  # type: ignore[arg-type]
+    first.started(ids[0], ProcessId(os.getpid(), 1))  # type: ignore[arg-type]
     first.close()
 
     second = Journal(str(tmp_path / "state"), "boot-2")
@@ -221,6 +215,7 @@ def test_a_journal_from_a_newer_version_is_refused(tmp_path: Path, logged: io.St
 
 READ_ONLY_CHILD = """
 import os
+import sqlite3  # loaded before the privileges go, as hookrunner does with -setuid (cli.load_server_code)
 import sys
 from hookrunner.run.journal import Journal, JournalError
 if os.geteuid() == 0:  # root writes anywhere: the check runs as an unprivileged user

@@ -4,7 +4,9 @@ security headers, and hostile output (HTML, terminal escapes, invalid UTF-8, meg
 from __future__ import annotations
 
 import base64
+import io
 import re
+import sqlite3
 import time
 
 import pytest
@@ -162,3 +164,22 @@ def test_a_run_id_with_a_slash() -> None:
     client = create_admin_app(store, None, Config()).test_client()
     assert client.get("/api/v1/runs/deploy/42").json["id"] == "deploy/42"  # type: ignore[index]
     assert client.get("/runs/deploy/42").status_code == 200
+
+
+def test_a_failing_store_is_one_log_line_and_a_json_500(
+    monkeypatch: pytest.MonkeyPatch, log_lines: io.StringIO, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(**_: object) -> list[dict[str, object]]:
+        raise sqlite3.OperationalError("database is locked")
+
+    store = make_store()
+    monkeypatch.setattr(store, "runs", broken)
+    answer = create_admin_app(store, None, Config()).test_client().get("/api/v1/runs")
+    assert answer.status_code == 500
+    assert answer.get_json() == {"error": "the run history could not be read; see hookrunner's log"}
+    assert answer.headers["Content-Security-Policy"].startswith("default-src 'self'")
+    lines = log_lines.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(
+        "admin listener: GET /api/v1/runs: OperationalError: database is locked"
+    ), lines
+    assert "Traceback" not in capsys.readouterr().err + answer.get_data(as_text=True)

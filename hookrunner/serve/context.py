@@ -1,0 +1,91 @@
+"""What the master hands to the worker it forks: the hooks registry, the settings, and how to build the app
+there (`ctx`); what serving needs of the registry and the runner; the signals held across the fork. Kept
+light (no Flask, gevent or werkzeug), so that the master can import it and stay small."""
+
+from __future__ import annotations
+
+import signal
+import ssl
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+from hookrunner.config import Config
+from hookrunner.hooks.model import Hook
+from hookrunner.run.history import Recorder
+from hookrunner.run.journal import Journal, LeftOver
+
+
+class Registry(Protocol):
+    """What serving needs of hooks.HookRegistry."""
+
+    @property
+    def files(self) -> tuple[str, ...]: ...
+
+    def reload_all(self) -> object: ...
+
+    def reload_file(self, path: str, data: bytes | None = None) -> object: ...
+
+    def remove_file(self, path: str) -> object: ...
+
+    def match(self, hook_id: str) -> Hook | None: ...
+
+    def hooks_of(self, path: str) -> tuple[Hook, ...]: ...
+
+    loaded_at: dict[str, float]
+
+    on_publish: Callable[[], None] | None
+
+
+class Runner(Protocol):
+    """What serving needs of executor.CommandRunner."""
+
+    wait_for: Callable[[Future[Any]], Any]
+
+    journal: Journal | None
+
+    history: Recorder | None
+
+    def shutdown(self, grace: float) -> object: ...
+
+    def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int: ...
+
+
+#: Threads of the threaded worker (threadworker.py): each request that captures a command's output holds
+#: one while it runs. The master gives gunicorn this number.
+THREADS = 64
+
+#: Signals the master holds back across the fork of a worker, until the worker's handlers are in place.
+HELD_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1}
+
+
+
+class _Context:
+    """What the worker needs after the fork; set once by serve.serve() before gunicorn starts."""
+
+    config: Config
+    registry: Registry
+    runner: Runner
+    ssl_context: ssl.SSLContext | None = None
+    #: One start of hookrunner (made in the master): the run journal tells a dead worker's runs by it.
+    boot_id: str = ""
+    #: The lock on -state-dir (journal.lock_state_dir); None: no journal for this start.
+    state_lock: int | None = None
+    #: The admin listener's event feed (serve/adminserver.py): its socket path and key; "" for none.
+    history_feed: str = ""
+    history_key: bytes = b""
+    #: Builds the WSGI app and the runner behind it, once per process, through load_app: in the worker
+    #: after the fork, so that the master never holds Flask, gevent or the command runner
+    #: (docs/performance.md, memory at rest), or in the master before the fork when the worker may no
+    #: longer read the interpreter's files (-setuid).
+    build: Callable[[], tuple[Any, Runner]]
+    wsgi_app: Any = None
+
+    def load_app(self) -> Any:
+        """The WSGI app, built on the first call (which sets `runner`)."""
+        if self.wsgi_app is None:
+            self.wsgi_app, self.runner = self.build()
+        return self.wsgi_app
+
+
+ctx = _Context()

@@ -1,0 +1,218 @@
+"""The installed command's footprint at rest (issue 23): each optional library is loaded only with the flag or
+the hooks that use it, the master holds none of the worker's code, and the whole tree's memory stays under
+a generous bound. scripts/footprint gives the figures; these tests only hold the shape.
+
+Which modules load is read from Python's own import log (PYTHONPROFILEIMPORTTIME, one line per module on
+stderr, from every process of the tree), so the real command is measured, not a model of it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from command_under_test import HOOKRUNNER_BIN
+
+PLAIN_HOOK = """
+- id: plain
+  execute-command: /bin/true
+  response-message: started
+  trigger-rule:
+    match: {type: value, value: push, parameter: {source: header, name: X-Event}}
+"""
+
+REGEX_HOOK = """
+- id: pattern
+  execute-command: /bin/true
+  response-message: matched
+  trigger-rule:
+    match: {type: regex, regex: "^refs/heads/(main|release)$", parameter: {source: url, name: ref}}
+"""
+
+#: Modules that only a flag or a kind of hook may bring; with none of them, none may be loaded.
+OPTIONAL = {
+    "watchdog": "-hotreload",
+    "hookrunner.ops.watcher": "-hotreload",
+    "prometheus_client": "-metrics",
+    "re2": "a regex rule",
+    "hookrunner.hooks.template": "-template",
+    "sqlite3": "-state-dir",
+    "hookrunner.serve.admin": "-admin-addr",
+    "hookrunner.run.historystore": "-admin-addr",
+    "multiprocessing.connection": "-admin-addr",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Running:
+    """The installed hookrunner, started with its import log on, answering on a loopback port."""
+
+    def __init__(self, tmp_path: Path, hooks: str, *flags: str) -> None:
+        self.hooks = tmp_path / "hooks.yaml"
+        self.hooks.write_text(hooks)
+        self.stderr = tmp_path / "stderr.log"
+        self.port = free_port()
+        env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+        argv = [HOOKRUNNER_BIN, "-hooks", str(self.hooks), "-ip", "127.0.0.1", "-port", str(self.port), *flags]
+        with self.stderr.open("wb") as err:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while self.get("/")[0] != 200:
+            assert self.proc.poll() is None, self.stderr.read_text()
+            assert time.monotonic() < deadline, "no 200 on / within 30 s"
+            time.sleep(0.02)
+
+    def get(self, path: str, data: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, str]:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+        except OSError:
+            return 0, ""
+
+    def imported(self) -> set[str]:
+        """Every module any process of the tree has imported so far."""
+        names = set()
+        for line in self.stderr.read_text(errors="replace").splitlines():
+            if line.startswith("import time:") and "|" in line:
+                names.add(line.rsplit("|", 1)[1].strip())
+        return names
+
+    def children(self) -> list[int]:
+        path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        return [int(pid) for pid in path.read_text().split()]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+@pytest.fixture
+def running() -> Iterator[list[Running]]:
+    started: list[Running] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
+def start(tmp_path: Path, running: list[Running], hooks: str, *flags: str) -> Running:
+    server = Running(tmp_path, hooks, *flags)
+    running.append(server)
+    return server
+
+
+def test_default_flags_load_no_optional_library(tmp_path: Path, running: list[Running]) -> None:
+    server = start(tmp_path, running, PLAIN_HOOK)
+    assert server.get("/hooks/plain", b"{}", {"X-Event": "push", "Content-Type": "application/json"}) == (
+        200,
+        "started",
+    )
+    imported = server.imported()
+    # The log does list what the worker loads (so an absence below means something).
+    assert {"flask", "gevent", "hookrunner.serve.app", "hookrunner.run.executor"} <= imported
+    loaded = {name: flag for name, flag in OPTIONAL.items() if name in imported}
+    assert loaded == {}
+    # gunicorn's import of importlib.metadata stays deferred (cli._defer_package_metadata).
+    assert "importlib.metadata._meta" not in imported
+
+
+def test_the_version_is_the_installed_one(tmp_path: Path) -> None:
+    python = Path(HOOKRUNNER_BIN).parent / "python"
+    metadata = subprocess.run(
+        [str(python), "-I", "-c", "import importlib.metadata as m; print(m.version('hookrunner'))"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.strip()
+    done = subprocess.run([HOOKRUNNER_BIN, "-version"], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.startswith(f"hookrunner version {metadata} ")
+
+
+@pytest.mark.parametrize(
+    ("hooks", "flags", "expected"),
+    [
+        (PLAIN_HOOK, ["-hotreload"], {"watchdog", "hookrunner.ops.watcher"}),
+        (PLAIN_HOOK, ["-metrics"], {"prometheus_client"}),
+        (REGEX_HOOK, [], {"re2"}),
+        (PLAIN_HOOK, ["-template"], {"hookrunner.hooks.template"}),
+        (PLAIN_HOOK, ["-state-dir", "{tmp}/state"], {"sqlite3"}),
+        (
+            PLAIN_HOOK,
+            ["-admin-addr", "127.0.0.1:{port}"],
+            # the run history is kept in SQLite (in memory without -state-dir)
+            {"hookrunner.serve.admin", "hookrunner.run.historystore", "multiprocessing.connection", "sqlite3"},
+        ),
+    ],
+    ids=["hotreload", "metrics", "regex", "template", "state-dir", "admin-addr"],
+)
+def test_each_optional_library_loads_with_its_flag_only(
+    tmp_path: Path, running: list[Running], hooks: str, flags: list[str], expected: set[str]
+) -> None:
+    flags = [flag.format(tmp=tmp_path, port=free_port()) for flag in flags]
+    server = start(tmp_path, running, hooks, *flags)
+    imported = server.imported()
+    assert expected <= imported
+    others = {name for name in OPTIONAL if name in imported} - expected
+    assert others == set()
+
+
+def test_a_regex_brought_by_a_reload_loads_re2_in_the_worker(tmp_path: Path, running: list[Running]) -> None:
+    server = start(tmp_path, running, PLAIN_HOOK, "-hotreload")
+    assert "re2" not in server.imported()
+    server.hooks.write_text(PLAIN_HOOK + REGEX_HOOK)
+    deadline = time.monotonic() + 10
+    while server.get("/hooks/pattern?ref=refs/heads/main", b"")[0] == 404:
+        assert time.monotonic() < deadline, "the reloaded hook was not served within 10 s"
+        time.sleep(0.05)
+    assert server.get("/hooks/pattern?ref=refs/heads/main", b"") == (200, "matched")
+    assert server.get("/hooks/pattern?ref=refs/heads/feature", b"") == (200, "Hook rules were not satisfied.")
+    assert "re2" in server.imported()
+
+
+def _mapped(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_the_master_holds_none_of_the_worker_code(tmp_path: Path, running: list[Running]) -> None:
+    server = start(tmp_path, running, PLAIN_HOOK)
+    (worker,) = server.children()
+    # gevent's greenlets and Jinja's markupsafe (through Flask) are C extensions: visible in the maps.
+    for library in ("greenlet", "markupsafe"):
+        assert library in _mapped(worker)
+        assert library not in _mapped(server.proc.pid)
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Rss:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no Rss in /proc/{pid}/smaps_rollup")
+
+
+def test_the_tree_at_rest_stays_under_a_generous_bound(tmp_path: Path, running: list[Running]) -> None:
+    # The target is 60 MB (issue 23; scripts/footprint measures it beside webhook); 70 leaves room for
+    # machines whose libraries differ.
+    server = start(tmp_path, running, Path(__file__).parents[2].joinpath("etc/hooks.yaml").read_text())
+    time.sleep(0.5)
+    pids = [server.proc.pid, *server.children()]
+    total = sum(_rss_kib(pid) for pid in pids) / 1024
+    assert len(pids) == 2
+    assert total < 70, f"{total:.1f} MiB over {len(pids)} processes"
