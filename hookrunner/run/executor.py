@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import select
 import signal
 import subprocess
 import threading
@@ -29,6 +28,7 @@ from hookrunner.run.history import Recorder, Ticket
 from hookrunner.run.journal import Journal, LeftOver, RunSpec
 from hookrunner.run.processes import ProcessTracker, end_previous_attempt
 from hookrunner.run.scheduler import Busy, Scheduler
+from hookrunner.run.spawn import Exit, Output, Waits, start_process
 
 #: How Go's syscall package words the signals a command most often dies of.
 _SIGNAL_TEXT = {
@@ -173,6 +173,9 @@ class CommandRunner:
         #: How a request waits for the run whose output it answers with. A serving worker whose requests
         #: are greenlets replaces it with a wait that does not block its event loop (greenworker).
         self.wait_for: Callable[[Future[CommandResult]], CommandResult] = Future.result
+        #: How runs wait on their processes, and where they run (run/spawn.py): on command threads by
+        #: default; the gevent worker sets its event loop's (serve/greenruns.py) with use().
+        self.waits = Waits()
         self._lock = threading.Lock()
         self._processes: set[subprocess.Popen[bytes]] = set()
         self._scheduler: Scheduler[CommandResult] = Scheduler(max_concurrent)
@@ -187,6 +190,11 @@ class CommandRunner:
         self._journal_ids: dict[Future[CommandResult], list[int]] = {}
         #: The run history (-admin-addr; run/history.py), attached in the serving process; None: no records.
         self.history: Recorder | None = None
+
+    def use(self, waits: Waits) -> None:
+        """Run and wait the way `waits` does (before any run is admitted)."""
+        self.waits = waits
+        self._scheduler.launch = waits.launch if waits.launches else None
 
     @property
     def running(self) -> int:
@@ -273,7 +281,7 @@ class CommandRunner:
             def again(
                 hook: Hook = hook, left: LeftOver = left, ticket: Ticket | None = ticket
             ) -> CommandResult:
-                self._end_previous(left)
+                self.waits.offload(self._end_previous, left)
                 return self._journaled_run(hook, left.spec, left.run_id, ticket)
 
             future, how = self._scheduler.submit(hook.id, hook.limits, again, admitted=True)
@@ -422,23 +430,10 @@ class CommandRunner:
         with self._lock:
             if self._closing:
                 return b"", "not started: hookrunner is shutting down"
-
-        def spawn() -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
-                argv,
-                executable=path,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own group and session: a timeout or shutdown ends all of it
-            )
-
         journal = self.journal if run_id is not None else None
         found = None if journal is None else (lambda process: journal.add_process(run_id or 0, process))
         try:
-            process, run = self._tracker.start(spawn, found)
+            process, run = self._tracker.start(lambda: start_process(path, argv, env, cwd), found)
         except OSError as exc:
             return b"", f"fork/exec {path}: {go_errno_text(exc)}"
         if journal is not None and run_id is not None:
@@ -446,18 +441,20 @@ class CommandRunner:
         with self._lock:
             self._processes.add(process)
             closing = self._closing
+        waits = self.waits
         if closing:
             # Shutdown took its list of runs while this one was being started.
-            self._tracker.end([run], 0.0, time.sleep)
+            self._tracker.end([run], 0.0, waits.sleep)
         assert process.stdout is not None
-        output = _Output(process.stdout.fileno())
+        output = Output(process.stdout.fileno(), waits)
+        exit_ = Exit(process, waits)
         timed_out = False
         deadline = time.monotonic() + timeout if timeout else None
         try:
             # The output is read until every holder of the pipe has closed it, and then the command is
             # waited for, as webhook does; with a timeout, both within it. A shutdown that ended the
             # run's processes gives the rest of the output a second.
-            ended = output.read(deadline, self._is_closing) and _wait(process, deadline, self._is_closing)
+            ended = output.read(deadline, self._is_closing) and exit_.wait(deadline, self._is_closing)
             if not ended:
                 if self._is_closing():
                     output.read(time.monotonic() + 1.0)
@@ -469,12 +466,11 @@ class CommandRunner:
                     # the run could not be told by gets no more than a second.
                     output.read(time.monotonic() + 1.0)
             process.stdout.close()
-            try:
-                process.wait(timeout=None if not (timed_out or self._is_closing()) else 5.0)
-            except subprocess.TimeoutExpired:
+            if not exit_.wait(time.monotonic() + 5.0 if timed_out or self._is_closing() else None):
                 _signal_group(process.pid, signal.SIGKILL)
-                process.wait()
+                exit_.wait(None)
         finally:
+            exit_.close()
             self._tracker.done(run)
             with self._lock:
                 self._processes.discard(process)
@@ -490,7 +486,7 @@ class CommandRunner:
     def shutdown(self, grace: float) -> None:
         """Wait up to `grace` seconds for running and queued commands, then kill what is left: every process
         of every running run, those that left its process group included."""
-        if self._scheduler.wait_idle(max(grace, 0.0)):
+        if self._scheduler.wait_idle(max(grace, 0.0), self.waits.sleep if self.waits.launches else None):
             return
         with self._lock:
             self._closing = True
@@ -499,57 +495,7 @@ class CommandRunner:
             self.history.cancel_open("cancelled: hookrunner stopped before it ended (-shutdown-timeout)")
         for process in leftovers:
             log.output(f"shutdown: killing the process group of command {process.pid}")
-        self._tracker.end(self._tracker.runs, 0.0, time.sleep)
-
-
-class _Output:
-    """A run's combined output, read from its pipe with a deadline: a process that holds the pipe open never
-    holds the reader past it."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._chunks: list[bytes] = []
-        self._poll = select.poll()
-        self._poll.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        self.eof = False
-
-    @property
-    def data(self) -> bytes:
-        return b"".join(self._chunks)
-
-    def read(self, deadline: float | None, stop: Callable[[], bool] = lambda: False) -> bool:
-        """Read until end of file (returns True), or until `deadline` or `stop()` (False)."""
-        while not self.eof:
-            wait = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
-            if wait <= 0 or stop():
-                return False
-            if not self._poll.poll(wait * 1000):
-                continue
-            chunk = os.read(self._fd, 65536)
-            if chunk:
-                self._chunks.append(chunk)
-            else:
-                self.eof = True
-        return True
-
-    def spend(self, seconds: float) -> None:
-        """Spend `seconds` reading (sleeping once the output has ended)."""
-        deadline = time.monotonic() + seconds
-        if self.read(deadline):
-            time.sleep(max(deadline - time.monotonic(), 0.0))
-
-
-def _wait(process: subprocess.Popen[bytes], deadline: float | None, stop: Callable[[], bool]) -> bool:
-    """Wait for the command to exit, until `deadline` or `stop()`; returns whether it exited."""
-    while True:
-        wait = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
-        if wait <= 0 or stop():
-            return process.poll() is not None
-        try:
-            process.wait(timeout=wait)
-            return True
-        except subprocess.TimeoutExpired:
-            continue
+        self._tracker.end(self._tracker.runs, 0.0, self.waits.sleep)
 
 
 def _admitted(ticket: Ticket | None, future: Future[CommandResult], how: str) -> None:

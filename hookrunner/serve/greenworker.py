@@ -38,6 +38,7 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from hookrunner.ops.log import log
 from hookrunner.serve.app import Parsing
+from hookrunner.serve.greenruns import GreenWaits
 from hookrunner.serve.protocol import GoChunkedReader
 from hookrunner.serve.worker import DeadlineSocket, WebhookWorker, ctx, handshake_expired, shutdown_reading
 
@@ -362,6 +363,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
         self._readers: set[_RequestReader] = set()
         self._handshaking: set[Any] = set()
         ctx.runner.wait_for = wait_for_run
+        ctx.runner.use(GreenWaits())  # i23: runs as greenlets on the loop (serve/greenruns.py)
         util.write = write
         sys.setswitchinterval(SWITCH_INTERVAL)
         GoChunkedReader.pause = staticmethod(share_loop)

@@ -33,6 +33,7 @@ from hookrunner.ops.watcher import HooksWatcher
 from hookrunner.run.history import Recorder
 from hookrunner.run.historyfeed import FeedClient
 from hookrunner.run.journal import Journal, LeftOver, open_journal
+from hookrunner.run.spawn import Waits
 from hookrunner.serve.answers import HEADER_LIST_KEY, go_request_path
 from hookrunner.serve.protocol import (
     ContinueOnRead,
@@ -80,6 +81,8 @@ class Runner(Protocol):
     def shutdown(self, grace: float) -> object: ...
 
     def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int: ...
+
+    def use(self, waits: Waits) -> None: ...
 
 
 #: Signals the master holds back across the fork of a worker, until the worker's handlers are in place.
