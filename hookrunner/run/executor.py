@@ -12,6 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 
 from hookrunner.errors import ArgumentError, CommandNotFound, HookrunnerError
 from hookrunner.golang.base64 import go_base64_decode
@@ -433,7 +434,9 @@ class CommandRunner:
         journal = self.journal if run_id is not None else None
         found = None if journal is None else (lambda process: journal.add_process(run_id or 0, process))
         try:
-            process, run = self._tracker.start(lambda: start_process(path, argv, env, cwd), found)
+            # Starting blocks until the child execs: off the gevent worker's loop, on a native thread.
+            spawn = partial(start_process, path, argv, env, cwd)
+            process, run = self.waits.offload(self._tracker.start, spawn, found)
         except OSError as exc:
             return b"", f"fork/exec {path}: {go_errno_text(exc)}"
         if journal is not None and run_id is not None:
