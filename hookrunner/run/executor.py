@@ -29,7 +29,7 @@ from hookrunner.run.history import Recorder, Ticket
 from hookrunner.run.journal import Journal, LeftOver, RunSpec
 from hookrunner.run.processes import ProcessTracker, end_previous_attempt
 from hookrunner.run.scheduler import Busy, Scheduler
-from hookrunner.run.spawn import Exit, Output, Waits, start_process
+from hookrunner.run.spawn import Exit, Output, StartSignal, Waits, start_process
 
 #: How Go's syscall package words the signals a command most often dies of.
 _SIGNAL_TEXT = {
@@ -177,6 +177,8 @@ class CommandRunner:
         #: How runs wait on their processes, and where they run (run/spawn.py): on command threads by
         #: default; the gevent worker sets its event loop's (serve/greenruns.py) with use().
         self.waits = Waits()
+        # Requests answered once their run has started (start(), on the gevent worker), by request id.
+        self._start_waiters: dict[str, StartSignal] = {}
         self._lock = threading.Lock()
         self._processes: set[subprocess.Popen[bytes]] = set()
         self._scheduler: Scheduler[CommandResult] = Scheduler(max_concurrent)
@@ -213,6 +215,10 @@ class CommandRunner:
 
         With a journal the run is written down (durably) before it is admitted, so before the request is
         answered."""
+        return self._submit(hook, req)[0]
+
+    def _submit(self, hook: Hook, req: Request) -> tuple[Future[CommandResult], str]:
+        """submit(), and how the run was admitted (`started`, `queued` or `coalesced`)."""
         journal = self.journal
         ticket = self.history.ticket(req.id, hook.id) if self.history is not None else None
         if journal is None or not journal.enabled:
@@ -228,7 +234,7 @@ class CommandRunner:
             if how != "started":
                 log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
             _admitted(ticket, future, how)
-            return future
+            return future, how
         spec = prepare(hook, req)
         run_id = journal.record(spec)
         try:
@@ -244,7 +250,7 @@ class CommandRunner:
             log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
         self._track(future, run_id, how)
         _admitted(ticket, future, how)
-        return future
+        return future, how
 
     def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int:
         """Admit the runs a previous process left unfinished, oldest first, under the limits of their hooks
@@ -307,6 +313,14 @@ class CommandRunner:
         except Exception as exc:  # noqa: BLE001 - a background command must never die silently
             log.request(spec.request_id, f"error running command: {exc}")
             return CommandResult(b"", str(exc))
+        finally:
+            self._started(spec.request_id)  # not started at all: its answer waits no more
+
+    def _started(self, request_id: str) -> None:
+        """The run of `request_id` has started its process (or will not): start() may return."""
+        waiter = self._start_waiters.pop(request_id, None)
+        if waiter is not None:
+            waiter.set()
 
     def _track(self, future: Future[CommandResult], run_id: int | None, how: str) -> None:
         """Finish `run_id`'s row when `future` (its run, or the run it was coalesced into) is done."""
@@ -335,8 +349,23 @@ class CommandRunner:
         self.journal.finished(ids, status)
 
     def start(self, hook: Hook, req: Request) -> None:
-        """Run in the background (webhook's `go handleHook`); raises Busy like submit."""
-        self.submit(hook, req)
+        """Run in the background (webhook's `go handleHook`); raises Busy like submit. Where runs are
+        launched on the serving loop (the gevent worker), a run admitted to start now has started its
+        process (or failed to) when this returns, so the answer follows the start: the loop never answers
+        faster than it starts commands, and leaves no backlog of answered runs not yet started."""
+        if not self.waits.launches:
+            self.submit(hook, req)
+            return
+        started = self.waits.event()
+        self._start_waiters[req.id] = started
+        try:
+            _, how = self._submit(hook, req)
+        except BaseException:
+            self._start_waiters.pop(req.id, None)
+            raise
+        if how == "started":
+            started.wait()
+        self._start_waiters.pop(req.id, None)
 
     def run(self, hook: Hook, req: Request) -> CommandResult:
         """Run the hook's command for this request and wait for it."""
@@ -444,6 +473,7 @@ class CommandRunner:
         with self._lock:
             self._processes.add(process)
             closing = self._closing
+        self._started(rid)
         waits = self.waits
         if closing:
             # Shutdown took its list of runs while this one was being started.

@@ -16,9 +16,17 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
+
+
+class StartSignal(Protocol):
+    """Set once a run's process has started (or will not); waited for by its request."""
+
+    def set(self) -> None: ...
+
+    def wait(self) -> object: ...
 
 
 class Waits:
@@ -39,6 +47,9 @@ class Waits:
     def launch(self, work: Callable[[], None]) -> None:
         """Run `work` (a run, then those its place is handed to) apart from the caller."""
         threading.Thread(target=work, name="command", daemon=True).start()
+
+    def event(self) -> StartSignal:
+        return threading.Event()
 
     def offload(self, work: Callable[..., T], *args: Any) -> T:
         """Run blocking `work` (one that sleeps in time.sleep) and return its result."""

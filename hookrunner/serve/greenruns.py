@@ -10,9 +10,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import gevent
+import gevent.event
 import gevent.socket
 
-from hookrunner.run.spawn import Waits
+from hookrunner.run.spawn import StartSignal, Waits
 
 T = TypeVar("T")
 
@@ -38,6 +39,9 @@ class GreenWaits(Waits):
 
     def launch(self, work: Callable[[], None]) -> None:
         gevent.spawn(work)
+
+    def event(self) -> StartSignal:
+        return gevent.event.Event()
 
     def offload(self, work: Callable[..., T], *args: Any) -> T:
         result: T = gevent.get_hub().threadpool.apply(work, args)

@@ -192,3 +192,15 @@ def test_no_thread_is_started_per_run_on_the_loop(tmp_path: Path) -> None:
         assert run("greenlets", Hook(id="h", execute_command="/bin/true"), runner).ok
     names = sorted(t.name for t in threading.enumerate() if t.ident not in before)
     assert all(not name.startswith("command") for name in names), names
+
+
+def test_on_the_loop_a_background_run_has_started_its_process_when_start_returns(tmp_path: Path) -> None:
+    runner = runner_for("greenlets")
+    hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.3"),))
+    for number in range(3):
+        runner.start(hook, Request(id=f"r{number}", method="POST", remote_addr="127.0.0.1:1"))
+        assert runner.running == number + 1  # started before the answer: no backlog of answered runs
+    missing = Hook(id="m", execute_command="/nonexistent/cmd")
+    runner.start(missing, Request(id="m1", method="POST", remote_addr="127.0.0.1:1"))  # returns: it never starts
+    runner.shutdown(grace=5)
+    assert runner.running == 0
