@@ -210,12 +210,25 @@ class CommandRunner:
         """Runs admitted but waiting for a free slot."""
         return self._scheduler.queued
 
-    def submit(self, hook: Hook, req: Request) -> Future[CommandResult]:
+    def submit(self, hook: Hook, req: Request, started_first: bool = False) -> Future[CommandResult]:
         """Admit a run under the hook's limits; raises Busy when it is at its limit with a full queue.
 
         With a journal the run is written down (durably) before it is admitted, so before the request is
-        answered."""
-        return self._submit(hook, req)[0]
+        answered. With `started_first`, where runs are launched on the serving loop (the gevent worker), a
+        run admitted to start now has started its process (or failed to) when this returns, so a
+        background run's answer follows its start: the loop never answers faster than it starts commands,
+        and leaves no backlog of answered runs not yet started."""
+        if not (started_first and self.waits.launches):
+            return self._submit(hook, req)[0]
+        started = self.waits.event()
+        self._start_waiters[req.id] = started
+        try:
+            future, how = self._submit(hook, req)
+            if how == "started":
+                started.wait()
+        finally:
+            self._start_waiters.pop(req.id, None)
+        return future
 
     def _submit(self, hook: Hook, req: Request) -> tuple[Future[CommandResult], str]:
         """submit(), and how the run was admitted (`started`, `queued` or `coalesced`)."""
@@ -349,23 +362,8 @@ class CommandRunner:
         self.journal.finished(ids, status)
 
     def start(self, hook: Hook, req: Request) -> None:
-        """Run in the background (webhook's `go handleHook`); raises Busy like submit. Where runs are
-        launched on the serving loop (the gevent worker), a run admitted to start now has started its
-        process (or failed to) when this returns, so the answer follows the start: the loop never answers
-        faster than it starts commands, and leaves no backlog of answered runs not yet started."""
-        if not self.waits.launches:
-            self.submit(hook, req)
-            return
-        started = self.waits.event()
-        self._start_waiters[req.id] = started
-        try:
-            _, how = self._submit(hook, req)
-        except BaseException:
-            self._start_waiters.pop(req.id, None)
-            raise
-        if how == "started":
-            started.wait()
-        self._start_waiters.pop(req.id, None)
+        """Run in the background (webhook's `go handleHook`); raises Busy like submit."""
+        self.submit(hook, req, started_first=True)
 
     def run(self, hook: Hook, req: Request) -> CommandResult:
         """Run the hook's command for this request and wait for it."""
