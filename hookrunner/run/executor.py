@@ -224,7 +224,7 @@ class CommandRunner:
         self._start_waiters[req.id] = started
         try:
             future, how = self._submit(hook, req)
-            if how == "started":
+            if how == "started" and not self._scheduler.in_line(future):  # in the cap's line: answered now
                 started.wait()
         finally:
             self._start_waiters.pop(req.id, None)

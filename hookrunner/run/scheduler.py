@@ -229,6 +229,11 @@ class Scheduler(Generic[T]):
         self._idle.notify_all()
         return following
 
+    def in_line(self, future: Future[T]) -> bool:
+        """Whether the run of `future` waits in the global cap's line (admitted, not started)."""
+        with self._lock:
+            return any(job.future is future for _, _, job in self._waiting)
+
     def wait_idle(self, timeout: float, sleep: Callable[[float], None] | None = None) -> bool:
         """Wait until nothing runs or waits, at most `timeout` seconds; returns whether it got idle. With
         `sleep`, by looking every 50 ms and sleeping so in between (launched runs need the caller's loop)."""

@@ -204,3 +204,15 @@ def test_on_the_loop_a_background_run_has_started_its_process_when_start_returns
     runner.start(missing, Request(id="m1", method="POST", remote_addr="127.0.0.1:1"))  # returns: it never starts
     runner.shutdown(grace=5)
     assert runner.running == 0
+
+
+def test_on_the_loop_a_run_waiting_under_the_global_cap_is_answered_at_once(tmp_path: Path) -> None:
+    runner = runner_for("greenlets", max_concurrent=1)
+    hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.5"),))
+    runner.start(hook, Request(id="r1", method="POST", remote_addr="127.0.0.1:1"))
+    started = time.monotonic()
+    runner.start(hook, Request(id="r2", method="POST", remote_addr="127.0.0.1:1"))  # waits in the cap's line
+    assert time.monotonic() - started < 0.3
+    assert (runner.running, runner.queued) == (1, 1)
+    runner.shutdown(grace=5)
+    assert (runner.running, runner.queued) == (0, 0)
