@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import select
 import signal
 import subprocess
 import threading
@@ -13,6 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 
 from hookrunner.errors import ArgumentError, CommandNotFound, HookrunnerError
 from hookrunner.golang.base64 import go_base64_decode
@@ -29,6 +29,7 @@ from hookrunner.run.history import Recorder, Ticket
 from hookrunner.run.journal import Journal, LeftOver, RunSpec
 from hookrunner.run.processes import ProcessTracker, end_previous_attempt
 from hookrunner.run.scheduler import Busy, Scheduler
+from hookrunner.run.spawn import Exit, Output, StartSignal, Waits, start_process
 
 #: How Go's syscall package words the signals a command most often dies of.
 _SIGNAL_TEXT = {
@@ -173,6 +174,11 @@ class CommandRunner:
         #: How a request waits for the run whose output it answers with. A serving worker whose requests
         #: are greenlets replaces it with a wait that does not block its event loop (greenworker).
         self.wait_for: Callable[[Future[CommandResult]], CommandResult] = Future.result
+        #: How runs wait on their processes, and where they run (run/spawn.py): on command threads by
+        #: default; the gevent worker sets its event loop's (serve/greenruns.py) with use().
+        self.waits = Waits()
+        # Requests answered once their run has started (start(), on the gevent worker), by request id.
+        self._start_waiters: dict[str, StartSignal] = {}
         self._lock = threading.Lock()
         self._processes: set[subprocess.Popen[bytes]] = set()
         self._scheduler: Scheduler[CommandResult] = Scheduler(max_concurrent)
@@ -188,6 +194,11 @@ class CommandRunner:
         #: The run history (-admin-addr; run/history.py), attached in the serving process; None: no records.
         self.history: Recorder | None = None
 
+    def use(self, waits: Waits) -> None:
+        """Run and wait the way `waits` does (before any run is admitted)."""
+        self.waits = waits
+        self._scheduler.launch = waits.launch if waits.launches else None
+
     @property
     def running(self) -> int:
         """Commands whose process is alive now."""
@@ -199,11 +210,28 @@ class CommandRunner:
         """Runs admitted but waiting for a free slot."""
         return self._scheduler.queued
 
-    def submit(self, hook: Hook, req: Request) -> Future[CommandResult]:
+    def submit(self, hook: Hook, req: Request, started_first: bool = False) -> Future[CommandResult]:
         """Admit a run under the hook's limits; raises Busy when it is at its limit with a full queue.
 
         With a journal the run is written down (durably) before it is admitted, so before the request is
-        answered."""
+        answered. With `started_first`, where runs are launched on the serving loop (the gevent worker), a
+        run admitted to start now has started its process (or failed to) when this returns, so a
+        background run's answer follows its start: the loop never answers faster than it starts commands,
+        and leaves no backlog of answered runs not yet started."""
+        if not (started_first and self.waits.launches):
+            return self._submit(hook, req)[0]
+        started = self.waits.event()
+        self._start_waiters[req.id] = started
+        try:
+            future, how = self._submit(hook, req)
+            if how == "started" and not self._scheduler.in_line(future):  # in the cap's line: answered now
+                started.wait()
+        finally:
+            self._start_waiters.pop(req.id, None)
+        return future
+
+    def _submit(self, hook: Hook, req: Request) -> tuple[Future[CommandResult], str]:
+        """submit(), and how the run was admitted (`started`, `queued` or `coalesced`)."""
         journal = self.journal
         ticket = self.history.ticket(req.id, hook.id) if self.history is not None else None
         if journal is None or not journal.enabled:
@@ -219,7 +247,7 @@ class CommandRunner:
             if how != "started":
                 log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
             _admitted(ticket, future, how)
-            return future
+            return future, how
         spec = prepare(hook, req)
         run_id = journal.record(spec)
         try:
@@ -235,7 +263,7 @@ class CommandRunner:
             log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
         self._track(future, run_id, how)
         _admitted(ticket, future, how)
-        return future
+        return future, how
 
     def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int:
         """Admit the runs a previous process left unfinished, oldest first, under the limits of their hooks
@@ -273,7 +301,7 @@ class CommandRunner:
             def again(
                 hook: Hook = hook, left: LeftOver = left, ticket: Ticket | None = ticket
             ) -> CommandResult:
-                self._end_previous(left)
+                self.waits.offload(self._end_previous, left)
                 return self._journaled_run(hook, left.spec, left.run_id, ticket)
 
             future, how = self._scheduler.submit(hook.id, hook.limits, again, admitted=True)
@@ -298,6 +326,14 @@ class CommandRunner:
         except Exception as exc:  # noqa: BLE001 - a background command must never die silently
             log.request(spec.request_id, f"error running command: {exc}")
             return CommandResult(b"", str(exc))
+        finally:
+            self._started(spec.request_id)  # not started at all: its answer waits no more
+
+    def _started(self, request_id: str) -> None:
+        """The run of `request_id` has started its process (or will not): start() may return."""
+        waiter = self._start_waiters.pop(request_id, None)
+        if waiter is not None:
+            waiter.set()
 
     def _track(self, future: Future[CommandResult], run_id: int | None, how: str) -> None:
         """Finish `run_id`'s row when `future` (its run, or the run it was coalesced into) is done."""
@@ -327,7 +363,7 @@ class CommandRunner:
 
     def start(self, hook: Hook, req: Request) -> None:
         """Run in the background (webhook's `go handleHook`); raises Busy like submit."""
-        self.submit(hook, req)
+        self.submit(hook, req, started_first=True)
 
     def run(self, hook: Hook, req: Request) -> CommandResult:
         """Run the hook's command for this request and wait for it."""
@@ -422,23 +458,12 @@ class CommandRunner:
         with self._lock:
             if self._closing:
                 return b"", "not started: hookrunner is shutting down"
-
-        def spawn() -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
-                argv,
-                executable=path,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own group and session: a timeout or shutdown ends all of it
-            )
-
         journal = self.journal if run_id is not None else None
         found = None if journal is None else (lambda process: journal.add_process(run_id or 0, process))
         try:
-            process, run = self._tracker.start(spawn, found)
+            # Starting blocks until the child execs: off the gevent worker's loop, on a native thread.
+            spawn = partial(start_process, path, argv, env, cwd)
+            process, run = self.waits.offload(self._tracker.start, spawn, found)
         except OSError as exc:
             return b"", f"fork/exec {path}: {go_errno_text(exc)}"
         if journal is not None and run_id is not None:
@@ -446,18 +471,21 @@ class CommandRunner:
         with self._lock:
             self._processes.add(process)
             closing = self._closing
+        self._started(rid)
+        waits = self.waits
         if closing:
             # Shutdown took its list of runs while this one was being started.
-            self._tracker.end([run], 0.0, time.sleep)
+            self._tracker.end([run], 0.0, waits.sleep)
         assert process.stdout is not None
-        output = _Output(process.stdout.fileno())
+        output = Output(process.stdout.fileno(), waits)
+        exit_ = Exit(process, waits)
         timed_out = False
         deadline = time.monotonic() + timeout if timeout else None
         try:
             # The output is read until every holder of the pipe has closed it, and then the command is
             # waited for, as webhook does; with a timeout, both within it. A shutdown that ended the
             # run's processes gives the rest of the output a second.
-            ended = output.read(deadline, self._is_closing) and _wait(process, deadline, self._is_closing)
+            ended = output.read(deadline, self._is_closing) and exit_.wait(deadline, self._is_closing)
             if not ended:
                 if self._is_closing():
                     output.read(time.monotonic() + 1.0)
@@ -469,12 +497,11 @@ class CommandRunner:
                     # the run could not be told by gets no more than a second.
                     output.read(time.monotonic() + 1.0)
             process.stdout.close()
-            try:
-                process.wait(timeout=None if not (timed_out or self._is_closing()) else 5.0)
-            except subprocess.TimeoutExpired:
+            if not exit_.wait(time.monotonic() + 5.0 if timed_out or self._is_closing() else None):
                 _signal_group(process.pid, signal.SIGKILL)
-                process.wait()
+                exit_.wait(None)
         finally:
+            exit_.close()
             self._tracker.done(run)
             with self._lock:
                 self._processes.discard(process)
@@ -490,7 +517,7 @@ class CommandRunner:
     def shutdown(self, grace: float) -> None:
         """Wait up to `grace` seconds for running and queued commands, then kill what is left: every process
         of every running run, those that left its process group included."""
-        if self._scheduler.wait_idle(max(grace, 0.0)):
+        if self._scheduler.wait_idle(max(grace, 0.0), self.waits.sleep if self.waits.launches else None):
             return
         with self._lock:
             self._closing = True
@@ -499,57 +526,7 @@ class CommandRunner:
             self.history.cancel_open("cancelled: hookrunner stopped before it ended (-shutdown-timeout)")
         for process in leftovers:
             log.output(f"shutdown: killing the process group of command {process.pid}")
-        self._tracker.end(self._tracker.runs, 0.0, time.sleep)
-
-
-class _Output:
-    """A run's combined output, read from its pipe with a deadline: a process that holds the pipe open never
-    holds the reader past it."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._chunks: list[bytes] = []
-        self._poll = select.poll()
-        self._poll.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        self.eof = False
-
-    @property
-    def data(self) -> bytes:
-        return b"".join(self._chunks)
-
-    def read(self, deadline: float | None, stop: Callable[[], bool] = lambda: False) -> bool:
-        """Read until end of file (returns True), or until `deadline` or `stop()` (False)."""
-        while not self.eof:
-            wait = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
-            if wait <= 0 or stop():
-                return False
-            if not self._poll.poll(wait * 1000):
-                continue
-            chunk = os.read(self._fd, 65536)
-            if chunk:
-                self._chunks.append(chunk)
-            else:
-                self.eof = True
-        return True
-
-    def spend(self, seconds: float) -> None:
-        """Spend `seconds` reading (sleeping once the output has ended)."""
-        deadline = time.monotonic() + seconds
-        if self.read(deadline):
-            time.sleep(max(deadline - time.monotonic(), 0.0))
-
-
-def _wait(process: subprocess.Popen[bytes], deadline: float | None, stop: Callable[[], bool]) -> bool:
-    """Wait for the command to exit, until `deadline` or `stop()`; returns whether it exited."""
-    while True:
-        wait = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
-        if wait <= 0 or stop():
-            return process.poll() is not None
-        try:
-            process.wait(timeout=wait)
-            return True
-        except subprocess.TimeoutExpired:
-            continue
+        self._tracker.end(self._tracker.runs, 0.0, self.waits.sleep)
 
 
 def _admitted(ticket: Ticket | None, future: Future[CommandResult], how: str) -> None:

@@ -183,6 +183,11 @@ def send(process: ProcessId, sig: signal.Signals) -> bool:
             os.close(fd)
 
 
+def _boot_ticks() -> int:
+    """Now, in the unit of a process's start time: clock ticks since boot."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
 def become_subreaper() -> bool:
     """Make this process the child subreaper of its descendants; returns whether the kernel agreed."""
     try:
@@ -240,22 +245,35 @@ class ProcessTracker:
         # to a running one.
         self._retired: dict[int, None] = {}
         self._subreaper_of = 0  # the pid that made itself subreaper (a forked worker must do it again)
+        # When each leader being started began (clock ticks after boot): their pids are not in _leaders yet.
+        self._starting: list[int] = []
         self._poller: threading.Thread | None = None
 
     def start(
         self, spawn: Callable[[], subprocess.Popen[bytes]], on_found: Callable[[ProcessId], None] | None
     ) -> tuple[subprocess.Popen[bytes], RunProcesses]:
-        """Start a run's leader with `spawn` and track it. The pid is known as a leader before the reaper
-        can see it exit, so its exit status stays its Popen's."""
+        """Start a run's leader with `spawn` and track it. While a leader is being started (its pid not yet
+        known as a leader) the reaper leaves alone every zombie that started since, so a leader's exit
+        status stays its Popen's. The lock is not held across the start, which waits for the child to
+        exec: a run ending meanwhile on another thread (or on the gevent worker's loop) does not wait."""
         with self._lock:
             if self.adopt_orphans and self._subreaper_of != os.getpid():
                 become_subreaper()
                 self._subreaper_of = os.getpid()
+            since = _boot_ticks()
+            self._starting.append(since)
+        try:
             process = spawn()
-            stat = _stat(process.pid)
-            leader = ProcessId(process.pid, stat.start if stat is not None else 0)
-            pipe = f"pipe:[{os.fstat(process.stdout.fileno()).st_ino}]" if process.stdout is not None else ""
-            run = RunProcesses(leader, pipe, on_found)
+        except BaseException:
+            with self._lock:
+                self._starting.remove(since)
+            raise
+        stat = _stat(process.pid)
+        leader = ProcessId(process.pid, stat.start if stat is not None else 0)
+        pipe = f"pipe:[{os.fstat(process.stdout.fileno()).st_ino}]" if process.stdout is not None else ""
+        run = RunProcesses(leader, pipe, on_found)
+        with self._lock:
+            self._starting.remove(since)
             self._runs.append(run)
             self._leaders.add(process.pid)
             if self._poller is None:
@@ -341,8 +359,13 @@ class ProcessTracker:
             return False
         alive = False
         with self._lock:
+            # A zombie that started after a start began may be that leader: left for a later poll.
+            newest = min(self._starting) - 1 if self._starting else None
             for stat in snapshot.values():
                 if stat.ppid != me or stat.pid in self._leaders:
+                    continue
+                if newest is not None and stat.start >= newest:
+                    alive = True
                     continue
                 if not stat.zombie:
                     alive = True

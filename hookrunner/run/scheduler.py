@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -66,6 +67,9 @@ class Scheduler(Generic[T]):
         self._idle_threads = 0
         self._handover: queue.SimpleQueue[_Task[T]] = queue.SimpleQueue()
         self._idle = threading.Condition(self._lock)
+        #: Where runs run when not on command threads: `launch(work)` runs `work` apart from the caller
+        #: (the gevent worker: a greenlet on its loop; run/spawn.py). None: command threads.
+        self.launch: Callable[[Callable[[], None]], None] | None = None
 
     # --- counts, for logs and metrics ---
 
@@ -114,7 +118,7 @@ class Scheduler(Generic[T]):
             raise job.future.exception() or RuntimeError("no thread for the run")
         return job.future, "started"
 
-    def _admit(self, key: str, gate: _Gate[T], job: Job[T]) -> threading.Thread | None:
+    def _admit(self, key: str, gate: _Gate[T], job: Job[T]) -> threading.Thread | _Launch | None:
         """Start the run under the global cap: hand it to a waiting thread, or return a new thread for the
         caller to start once the lock is released, or put it in the global line. Called with the lock
         held."""
@@ -127,16 +131,18 @@ class Scheduler(Generic[T]):
             self._capped += 1
         return self._thread_for((key, gate, job))
 
-    def _thread_for(self, task: _Task[T]) -> threading.Thread | None:
+    def _thread_for(self, task: _Task[T]) -> threading.Thread | _Launch | None:
         """Hand an admitted run to a waiting thread, or return a new thread to start once the lock is
-        released. Called with the lock held."""
+        released (or, with `launch`, what launches it). Called with the lock held."""
+        if self.launch is not None:
+            return _Launch(self.launch, lambda: self._chain(task))
         if self._idle_threads:
             self._idle_threads -= 1
             self._handover.put(task)
             return None
         return threading.Thread(target=self._serve, args=(task,), name="command", daemon=True)
 
-    def _start(self, thread: threading.Thread, task: _Task[T]) -> bool:
+    def _start(self, thread: threading.Thread | _Launch, task: _Task[T]) -> bool:
         """Start a new command thread for `task`; returns whether it started.
 
         When the process cannot start another thread, the run fails with that error (on its future) and
@@ -161,6 +167,12 @@ class Scheduler(Generic[T]):
                     return False
                 thread, task, own = new, following, False
 
+    def _chain(self, task: _Task[T]) -> None:
+        """A launched run, then the runs whose places it hands on, one after the other."""
+        following: _Task[T] | None = task
+        while following is not None:
+            following = self._run(*following)
+
     def _serve(self, task: _Task[T]) -> None:
         """A command thread: runs its run, then the runs handed to it, until idle for IDLE_THREAD_SECONDS."""
         while True:
@@ -183,7 +195,8 @@ class Scheduler(Generic[T]):
     def _run(self, key: str, gate: _Gate[T], job: Job[T]) -> _Task[T] | None:
         """Run one job; returns the next run for this same thread: the hook's next queued run, or under a
         global cap the first run in the global line (the hook's next run joins the line at its end)."""
-        threading.current_thread().name = f"command-{key}"
+        if self.launch is None:  # a command thread (a launched run runs on its launcher's thread)
+            threading.current_thread().name = f"command-{key}"
         try:
             if job.future.set_running_or_notify_cancel():
                 try:
@@ -216,9 +229,37 @@ class Scheduler(Generic[T]):
         self._idle.notify_all()
         return following
 
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait until nothing runs or waits, at most `timeout` seconds; returns whether it got idle."""
-        with self._idle:
-            return self._idle.wait_for(
-                lambda: not self._active and not any(g.pending for g in self._gates.values()), timeout
-            )
+    def in_line(self, future: Future[T]) -> bool:
+        """Whether the run of `future` waits in the global cap's line (admitted, not started)."""
+        with self._lock:
+            return any(job.future is future for _, _, job in self._waiting)
+
+    def wait_idle(self, timeout: float, sleep: Callable[[float], None] | None = None) -> bool:
+        """Wait until nothing runs or waits, at most `timeout` seconds; returns whether it got idle. With
+        `sleep`, by looking every 50 ms and sleeping so in between (launched runs need the caller's loop)."""
+
+        def idle() -> bool:
+            return not self._active and not any(g.pending for g in self._gates.values())
+
+        if sleep is None:
+            with self._idle:
+                return self._idle.wait_for(idle, timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if idle():
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            sleep(min(0.05, deadline - time.monotonic()))
+
+
+class _Launch:
+    """A run to launch once the scheduler's lock is released, started as a thread is."""
+
+    def __init__(self, launch: Callable[[Callable[[], None]], None], work: Callable[[], None]) -> None:
+        self._launch = launch
+        self._work = work
+
+    def start(self) -> None:
+        self._launch(self._work)

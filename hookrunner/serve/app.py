@@ -307,7 +307,7 @@ class HookApp:
         for header in hook.response_headers:
             headers[canonical_header_key(header.name)] = header.value
         try:
-            future = self.runner.submit(hook, req)
+            future = self.runner.submit(hook, req, started_first=not hook.capture_output)
         except Busy as busy:
             log.request(
                 rid,

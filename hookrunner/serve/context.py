@@ -8,12 +8,15 @@ import signal
 import ssl
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hookrunner.config import Config
 from hookrunner.hooks.model import Hook
 from hookrunner.run.history import Recorder
 from hookrunner.run.journal import Journal, LeftOver
+
+if TYPE_CHECKING:
+    from hookrunner.run.spawn import Waits
 
 
 class Registry(Protocol):
@@ -49,6 +52,8 @@ class Runner(Protocol):
     def shutdown(self, grace: float) -> object: ...
 
     def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int: ...
+
+    def use(self, waits: Waits) -> None: ...
 
 
 #: Threads of the threaded worker (threadworker.py): each request that captures a command's output holds

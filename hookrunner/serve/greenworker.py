@@ -1,11 +1,10 @@
 """The gevent worker (-worker-class gevent, the default): each connection is a greenlet on one event
-loop, while hook commands keep running on native threads as under the threaded worker.
+loop (its bytes read as serve/greenreads.py says), and so is each hook command's run (serve/greenruns.py):
+its process is started on a thread of the loop's pool and its output and exit are waited on by the loop.
 
 Nothing is monkey-patched: only the worker's own sockets are gevent sockets (the listener, and through
-it every accepted connection). The command threads, their `subprocess` pipes, the reloader, the hooks
-watcher and every lock and queue stay the standard library's, so a command is spawned with vfork as
-before; the one place a request waits for a native thread, the output of a command it captures, waits
-through an async watcher of the loop (wait_for_run), never on the loop itself. See
+it every accepted connection). The `subprocess` pipes, the reloader, the hooks watcher and every lock
+and queue stay the standard library's, so a command is spawned with vfork as before. See
 docs/performance.md for what this buys and docs/operations.md for the choice between workers.
 """
 
@@ -39,6 +38,7 @@ from gunicorn.workers.ggevent import GeventWorker
 from hookrunner.ops.log import log
 from hookrunner.serve.app import Parsing
 from hookrunner.serve.greenreads import DormantConnection, GatedUnreader, RequestReader, polled, share_loop
+from hookrunner.serve.greenruns import GreenWaits
 from hookrunner.serve.protocol import GoChunkedReader
 from hookrunner.serve.worker import WebhookWorker, ctx, handshake_expired, shutdown_reading
 
@@ -273,6 +273,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
         self._readers: set[RequestReader] = set()
         self._handshaking: set[Any] = set()
         ctx.runner.wait_for = wait_for_run
+        ctx.runner.use(GreenWaits())  # runs as greenlets on the loop (serve/greenruns.py)
         util.write = write
         sys.setswitchinterval(SWITCH_INTERVAL)
         GoChunkedReader.pause = staticmethod(share_loop)

@@ -1,0 +1,143 @@
+"""Starting a command's process and waiting on it: its output read until every holder of the pipe has closed
+it, its exit seen through a pidfd, each within a deadline, and how a run waits and where it runs.
+
+A run waits through a `Waits`: by default on a native thread of its own (a command thread of the
+scheduler), blocking in poll(2). The gevent worker replaces it (serve/greenruns.py) so that each run is a
+greenlet on the worker's event loop: the process is started there (Popen uses vfork, so the loop stalls only
+until the child execs) and its pipe and pidfd are waited on by the loop's watchers, with no thread and no
+hand-off of the interpreter's lock per run.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class StartSignal(Protocol):
+    """Set once a run's process has started (or will not); waited for by its request."""
+
+    def set(self) -> None: ...
+
+    def wait(self) -> object: ...
+
+
+class Waits:
+    """How runs wait and where they run: native threads, blocking calls (the threaded worker, tests)."""
+
+    #: Whether each run is started with `launch` (a greenlet) rather than on a scheduler's command thread.
+    launches = False
+
+    def readable(self, fd: int, seconds: float) -> bool:
+        """Wait until `fd` can be read (or has hung up), at most `seconds`; returns whether it can."""
+        poll = select.poll()
+        poll.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        return bool(poll.poll(max(seconds, 0.0) * 1000))
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(seconds, 0.0))
+
+    def launch(self, work: Callable[[], None]) -> None:
+        """Run `work` (a run, then those its place is handed to) apart from the caller."""
+        threading.Thread(target=work, name="command", daemon=True).start()
+
+    def event(self) -> StartSignal:
+        return threading.Event()
+
+    def offload(self, work: Callable[..., T], *args: Any) -> T:
+        """Run blocking `work` (one that sleeps in time.sleep) and return its result."""
+        return work(*args)
+
+
+def start_process(
+    path: str, argv: list[str], env: dict[str, str], cwd: str | None
+) -> subprocess.Popen[bytes]:
+    """A command's process: argv (never a shell) with `path` as the executable, no stdin, stdout and stderr
+    on one pipe, in a process group and session of its own (a timeout or shutdown ends all of it).
+    Python's Popen starts it with vfork(): nothing here forces a fork (no preexec_fn, no user change)."""
+    return subprocess.Popen(
+        argv,
+        executable=path,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+class Output:
+    """A run's combined output, read from its pipe with a deadline: a process that holds the pipe open never
+    holds the reader past it."""
+
+    def __init__(self, fd: int, waits: Waits) -> None:
+        self._fd = fd
+        self._waits = waits
+        self._chunks: list[bytes] = []
+        self.eof = False
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self._chunks)
+
+    def read(self, deadline: float | None, stop: Callable[[], bool] = lambda: False) -> bool:
+        """Read until end of file (returns True), or until `deadline` or `stop()` (False)."""
+        while not self.eof:
+            wait = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+            if wait <= 0 or stop():
+                return False
+            if not self._waits.readable(self._fd, wait):
+                continue
+            chunk = os.read(self._fd, 65536)
+            if chunk:
+                self._chunks.append(chunk)
+            else:
+                self.eof = True
+        return True
+
+    def spend(self, seconds: float) -> None:
+        """Spend `seconds` reading (sleeping once the output has ended)."""
+        deadline = time.monotonic() + seconds
+        if self.read(deadline):
+            self._waits.sleep(deadline - time.monotonic())
+
+
+class Exit:
+    """Waits for a started process's exit through a pidfd (readable once it has exited), or, on a kernel
+    without them, by polling; the exit status is then collected by its Popen, at once."""
+
+    def __init__(self, process: subprocess.Popen[bytes], waits: Waits) -> None:
+        self._process = process
+        self._waits = waits
+        self._pidfd = -1
+        try:
+            self._pidfd = os.pidfd_open(process.pid)
+        except (AttributeError, OSError):
+            pass  # no pidfds: polled
+
+    def wait(self, deadline: float | None, stop: Callable[[], bool] = lambda: False) -> bool:
+        """Wait for the process to exit, until `deadline` or `stop()`; returns whether it exited."""
+        pause = 0.0005
+        while self._process.poll() is None:
+            wait = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+            if wait <= 0 or stop():
+                return False
+            if self._pidfd >= 0:
+                self._waits.readable(self._pidfd, wait)
+            else:
+                self._waits.sleep(min(pause, wait))
+                pause = min(pause * 2, 0.05)
+        return True
+
+    def close(self) -> None:
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1

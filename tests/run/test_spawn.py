@@ -1,0 +1,63 @@
+"""Starting a command's process and waiting on it (run/spawn.py): the process's shape, the output read to its
+end or to a deadline, the exit seen through a pidfd within a deadline."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hookrunner.run.spawn import Exit, Output, Waits, start_process
+
+
+def test_a_started_process_gets_argv_env_cwd_no_stdin_one_pipe_and_its_own_session(tmp_path: Path) -> None:
+    script = "import os, sys; print(sys.argv[1:], os.environ['ONLY'], os.getcwd(), os.readlink('/proc/self/fd/0'))"
+    script += "; print(os.getpgid(0) == os.getpid() == os.getsid(0)); print('err', file=sys.stderr)"
+    process = start_process(sys.executable, ["python-x", "-c", script, "a b"], {"ONLY": "1"}, str(tmp_path))
+    assert process.stdout is not None
+    output = Output(process.stdout.fileno(), Waits())
+    assert output.read(time.monotonic() + 10)
+    exit_ = Exit(process, Waits())
+    assert exit_.wait(time.monotonic() + 10)
+    exit_.close()
+    process.stdout.close()
+    assert process.returncode == 0
+    assert sorted(output.data.decode().splitlines()) == sorted([f"['a b'] 1 {tmp_path} /dev/null", "True", "err"])
+
+
+def test_a_missing_executable_raises_its_errno() -> None:
+    with pytest.raises(FileNotFoundError):
+        start_process("/nonexistent/cmd", ["/nonexistent/cmd"], {}, None)
+
+
+def test_output_and_exit_stop_at_their_deadline_and_exit_is_seen_once_it_comes() -> None:
+    process = start_process("/bin/sh", ["sh", "-c", "echo one; sleep 0.4; echo two"], {}, None)
+    assert process.stdout is not None
+    output = Output(process.stdout.fileno(), Waits())
+    exit_ = Exit(process, Waits())
+    started = time.monotonic()
+    assert not output.read(started + 0.15)  # the pipe is still open: the deadline ends the read
+    assert output.data == b"one\n" and not output.eof
+    assert not exit_.wait(time.monotonic() + 0.05)
+    assert output.read(time.monotonic() + 5) and output.data == b"one\ntwo\n"
+    assert exit_.wait(time.monotonic() + 5)
+    assert process.returncode == 0
+    assert time.monotonic() - started < 3
+    exit_.close()
+    process.stdout.close()
+
+
+def test_exit_wait_stops_when_told_to() -> None:
+    process = start_process("/bin/sleep", ["sleep", "5"], {}, None)
+    exit_ = Exit(process, Waits())
+    started = time.monotonic()
+    assert not exit_.wait(None, stop=lambda: time.monotonic() - started > 0.1)
+    assert time.monotonic() - started < 1
+    process.kill()
+    assert exit_.wait(time.monotonic() + 5)
+    assert process.returncode == -9
+    exit_.close()
+    assert process.stdout is not None
+    process.stdout.close()

@@ -1,0 +1,218 @@
+"""Runs as greenlets on the gevent worker's loop (serve/greenruns.py) against runs on command threads (the
+threaded worker's, run/spawn.py's default): the same argv, environment, working directory, process group
+and session, the same timeouts ending every descendant, the same error texts; and on the loop, a waiting
+run never blocks the other greenlets."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+
+import gevent
+import pytest
+
+from hookrunner.hooks.argument import Argument
+from hookrunner.hooks.model import Hook
+from hookrunner.hooks.request import Request
+from hookrunner.run.executor import CommandResult, CommandRunner
+from hookrunner.run.processes import identify
+from hookrunner.serve.greenruns import GreenWaits
+
+WAYS = ("threads", "greenlets")
+
+
+def runner_for(way: str, **kwargs: float) -> CommandRunner:
+    runner = CommandRunner(**kwargs)  # type: ignore[arg-type]
+    if way == "greenlets":
+        runner.use(GreenWaits())
+    return runner
+
+
+def finish(way: str, future: Future[CommandResult], limit: float = 20.0) -> CommandResult:
+    """The run's result; on the loop, the hub runs (this greenlet sleeps) until it is done."""
+    if way == "greenlets":
+        deadline = time.monotonic() + limit
+        while not future.done() and time.monotonic() < deadline:
+            gevent.sleep(0.005)
+    return future.result(timeout=limit)
+
+
+def run(way: str, hook: Hook, runner: CommandRunner | None = None) -> CommandResult:
+    runner = runner or runner_for(way)
+    return finish(way, runner.submit(hook, Request(id="r1", method="POST", remote_addr="127.0.0.1:1", payload={"ref": "main"})))
+
+
+@pytest.fixture
+def probe(tmp_path: Path) -> Path:
+    script = tmp_path / "probe"
+    script.write_text(
+        textwrap.dedent(
+            f"""\
+            #!{sys.executable}
+            import os, sys
+            print("argv:", sys.argv)
+            print("cwd:", os.getcwd())
+            print("env:", sorted(f"{{k}}={{v}}" for k, v in os.environ.items() if k.startswith("HOOK_")))
+            me = os.getpid()
+            print("group and session leader:", os.getpgid(0) == me and os.getsid(0) == me)
+            print("stdin:", os.readlink("/proc/self/fd/0"))
+            print("to stderr", file=sys.stderr, flush=True)
+            """
+        )
+    )
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_argv_env_cwd_group_and_streams_are_the_same_either_way(way: str, probe: Path, tmp_path: Path) -> None:
+    hook = Hook(
+        id="h",
+        execute_command=str(probe),
+        pass_arguments=(Argument("payload", "ref"), Argument("string", "two words")),
+        pass_environment=(Argument("payload", "ref"),),
+        command_working_directory=str(tmp_path),
+    )
+    result = run(way, hook)
+    assert result.ok, result
+    assert result.output.decode().splitlines() == [
+        f"argv: ['{probe}', 'main', 'two words']",
+        f"cwd: {tmp_path}",
+        "env: ['HOOK_ref=main']",
+        "group and session leader: True",
+        "stdin: /dev/null",
+        "to stderr",
+    ]
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_missing_command_and_an_unstartable_one_give_todays_error_texts(way: str, tmp_path: Path) -> None:
+    missing = run(way, Hook(id="h", execute_command="/nonexistent/cmd"))
+    expected = 'exec: "/nonexistent/cmd": stat /nonexistent/cmd: no such file or directory'
+    assert (missing.output, missing.error) == (b"", expected)
+    garbage = tmp_path / "garbage"
+    garbage.write_bytes(b"\x00\x01\x02 not a program")
+    garbage.chmod(0o755)
+    broken = run(way, Hook(id="h", execute_command=str(garbage)))
+    assert (broken.output, broken.error) == (b"", f"fork/exec {garbage}: exec format error")
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_exit_status_and_signal_texts(way: str, tmp_path: Path) -> None:
+    script = tmp_path / "die"
+    script.write_text("#!/bin/sh\necho partial\n[ \"$1\" = kill ] && kill -9 $$\nexit 3\n")
+    script.chmod(0o755)
+    failed = run(way, Hook(id="h", execute_command=str(script)))
+    assert (failed.output, failed.error) == (b"partial\n", "exit status 3")
+    killed = run(way, Hook(id="h", execute_command=str(script), pass_arguments=(Argument("string", "kill"),)))
+    assert (killed.output, killed.error) == (b"partial\n", "signal: killed")
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_timeout_ends_the_leader_and_every_descendant(way: str, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    script = tmp_path / "stubborn"
+    # The leader ignores TERM; a child in its group sleeps, a grandchild leaves the session (setsid).
+    script.write_text(
+        f"#!/bin/sh\ntrap '' TERM\nsleep 30 &\necho $! >> {pids}\n"
+        f"setsid sh -c 'echo $$ >> {pids}; exec sleep 30' &\necho started\nwait\n"
+    )
+    script.chmod(0o755)
+    runner = runner_for(way, kill_grace=0.3)
+    started = time.monotonic()
+    result = run(way, Hook(id="h", execute_command=str(script), command_timeout=0.5), runner)
+    assert time.monotonic() - started < 5
+    assert (result.output, result.error) == (b"started\n", "command timed out after 0.5s (signal: killed)")
+    deadline = time.monotonic() + 3
+    left = [int(p) for p in pids.read_text().split()]
+    assert len(left) == 2
+    while any(identify(p) is not None for p in left) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [p for p in left if identify(p) is not None] == []
+    assert runner.running == 0
+
+
+def test_on_the_loop_a_waiting_run_lets_the_other_greenlets_run(tmp_path: Path) -> None:
+    runner = runner_for("greenlets")
+    ticks: list[float] = []
+
+    def ticker() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            gevent.sleep(0.01)
+
+    tick = gevent.spawn(ticker)
+    try:
+        hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.5"),))
+        started = time.monotonic()
+        result = run("greenlets", hook, runner)
+        took = time.monotonic() - started
+    finally:
+        tick.kill()
+    assert result.ok and took >= 0.5
+    during = [t for t in ticks if started <= t <= started + took]
+    assert len(during) >= 10, len(during)  # ~50 at 10 ms; none if the run had blocked the loop
+    assert max(b - a for a, b in zip(during, during[1:], strict=False)) < 0.25
+
+
+def test_on_the_loop_shutdown_waits_for_runs_without_blocking_them(tmp_path: Path) -> None:
+    marker = tmp_path / "done"
+    script = tmp_path / "slow"
+    script.write_text(f"#!/bin/sh\nsleep 0.3\ntouch {marker}\n")
+    script.chmod(0o755)
+    runner = runner_for("greenlets")
+    runner.start(Hook(id="h", execute_command=str(script)), Request(id="r1", method="POST", remote_addr="127.0.0.1:1"))
+    started = time.monotonic()
+    runner.shutdown(grace=5)
+    assert marker.exists()
+    assert time.monotonic() - started < 3  # it ended with the run, not at the grace
+    forever = tmp_path / "forever"
+    forever.write_text("#!/bin/sh\nsleep 30 &\nwait\n")
+    forever.chmod(0o755)
+    future = runner.submit(Hook(id="h", execute_command=str(forever)), Request(id="r2", method="POST", remote_addr="127.0.0.1:1"))
+    deadline = time.monotonic() + 5
+    while runner.running == 0 and time.monotonic() < deadline:
+        gevent.sleep(0.01)
+    started = time.monotonic()
+    runner.shutdown(grace=0.2)
+    result = finish("greenlets", future)
+    assert time.monotonic() - started < 5
+    assert result.error == "signal: killed"
+    assert runner.running == 0
+
+
+def test_no_thread_is_started_per_run_on_the_loop(tmp_path: Path) -> None:
+    runner = runner_for("greenlets")
+    before = {t.ident for t in threading.enumerate()}
+    for _ in range(5):
+        assert run("greenlets", Hook(id="h", execute_command="/bin/true"), runner).ok
+    names = sorted(t.name for t in threading.enumerate() if t.ident not in before)
+    assert all(not name.startswith("command") for name in names), names
+
+
+def test_on_the_loop_a_background_run_has_started_its_process_when_start_returns(tmp_path: Path) -> None:
+    runner = runner_for("greenlets")
+    hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.3"),))
+    for number in range(3):
+        runner.start(hook, Request(id=f"r{number}", method="POST", remote_addr="127.0.0.1:1"))
+        assert runner.running == number + 1  # started before the answer: no backlog of answered runs
+    missing = Hook(id="m", execute_command="/nonexistent/cmd")
+    runner.start(missing, Request(id="m1", method="POST", remote_addr="127.0.0.1:1"))  # returns: it never starts
+    runner.shutdown(grace=5)
+    assert runner.running == 0
+
+
+def test_on_the_loop_a_run_waiting_under_the_global_cap_is_answered_at_once(tmp_path: Path) -> None:
+    runner = runner_for("greenlets", max_concurrent=1)
+    hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.5"),))
+    runner.start(hook, Request(id="r1", method="POST", remote_addr="127.0.0.1:1"))
+    started = time.monotonic()
+    runner.start(hook, Request(id="r2", method="POST", remote_addr="127.0.0.1:1"))  # waits in the cap's line
+    assert time.monotonic() - started < 0.3
+    assert (runner.running, runner.queued) == (1, 1)
+    runner.shutdown(grace=5)
+    assert (runner.running, runner.queued) == (0, 0)
