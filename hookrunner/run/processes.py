@@ -141,19 +141,21 @@ def _descends(stat: _Stat, root: int, everything: dict[int, _Stat]) -> bool:
     return False
 
 
-def _holds(pid: int, pipe: str) -> bool:
-    """Whether process `pid` has a descriptor on `pipe` (as readlink names it: `pipe:[inode]`)."""
+def pipes_held(pid: int) -> set[str]:
+    """The pipes process `pid` has descriptors on, as readlink names them (`pipe:[inode]`)."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return False
+        return set()
+    held = set()
     for fd in fds:
         try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == pipe:
-                return True
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
-    return False
+        if target.startswith("pipe:"):
+            held.add(target)
+    return held
 
 
 def send(process: ProcessId, sig: signal.Signals) -> bool:
@@ -392,6 +394,8 @@ def _attribute(
         return
     by_id = {member: run for run in runs for member in run.members}
     by_group = {run.leader.pid: run for run in runs}
+    # Each process's descriptors are listed once, however many runs there are (a stop with thousands).
+    by_output = {run.pipe: index for index, run in reversed(list(enumerate(runs))) if run.pipe}
     owner: dict[int, RunProcesses | None] = {}
 
     def owner_of(pid: int) -> RunProcesses | None:
@@ -408,7 +412,8 @@ def _attribute(
             older = [r for r in runs if r.leader.start <= stat.start]
             run = older[0] if len(older) == 1 else None
         if run is None and by_pipe:
-            run = next((r for r in runs if r.pipe and _holds(pid, r.pipe)), None)
+            holding = [by_output[pipe] for pipe in pipes_held(pid) if pipe in by_output]
+            run = runs[min(holding)] if holding else None
         owner[pid] = run
         return run
 

@@ -14,6 +14,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from hookrunner.run.processes import (
     ProcessId,
     _stat,
@@ -212,3 +214,43 @@ def test_which_run_a_process_belongs_to() -> None:
         two = RunProcesses(ProcessId(300, 999), "")
         _attribute(orphan, [one, two][:runs], me, retired, False)
         assert one.members == {one.leader} and two.members == {two.leader}, (retired, runs)
+
+
+def test_holders_of_a_runs_output_are_found_listing_each_process_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By the output pipe (a stop ends runs so): each process's descriptors are read once, not once per
+    run, so a stop with thousands of runs does not read /proc millions of times; the first run wins."""
+    from hookrunner.run import processes
+    from hookrunner.run.processes import RunProcesses, _attribute
+    from hookrunner.run.processes import _Stat as S
+
+    me = 100
+    runs = [RunProcesses(ProcessId(1000 + n, 5000 + n), f"pipe:[{n}]") for n in range(3000)]
+    holders = {
+        900: {"pipe:[2999]", "pipe:[77]"},  # holds two runs' output: the first of them in order
+        901: {"pipe:[5]"},
+        902: {"pipe:[123456]"},  # not any run's
+    }
+    listed: list[int] = []
+
+    def pipes_held(pid: int) -> set[str]:
+        listed.append(pid)
+        return holders.get(pid, set())
+
+    monkeypatch.setattr(processes, "pipes_held", pipes_held)
+    snapshot = {pid: S(pid, 1, pid, pid, 10, False) for pid in holders}
+    _attribute(snapshot, runs, me, None, True)
+    assert sorted(listed) == [900, 901, 902]
+    assert ProcessId(900, 10) in runs[77].members and ProcessId(900, 10) not in runs[2999].members
+    assert ProcessId(901, 10) in runs[5].members
+    assert all(ProcessId(902, 10) not in run.members for run in runs)
+
+
+def test_pipes_held_reads_this_process_descriptors() -> None:
+    from hookrunner.run.processes import pipes_held
+
+    read_end, write_end = os.pipe()
+    try:
+        assert f"pipe:[{os.fstat(read_end).st_ino}]" in pipes_held(os.getpid())
+    finally:
+        os.close(read_end)
+        os.close(write_end)
