@@ -36,3 +36,21 @@ def look_path(command: str) -> str:
             continue
         return candidate
     raise CommandNotFound(f'exec: "{command}": executable file not found in $PATH')
+
+
+def start_problem(path: str, argv: list[str], env: list[str], cwd: str) -> str | None:
+    """What Go's exec.Cmd.Start says before any process exists, in its order: an environment entry with
+    a NUL, then a working directory that cannot be stat'ed (os.StartProcess's `chdir` error), then an
+    argument or path with a NUL (the fork's EINVAL). None when nothing stops the start there."""
+    if any("\x00" in entry for entry in env):
+        return "exec: environment variable contains NUL"
+    if cwd:
+        try:
+            os.stat(cwd)
+        except ValueError:
+            return f"chdir {cwd}: invalid argument"
+        except OSError as exc:
+            return f"chdir {cwd}: {go_errno_text(exc)}"
+    if "\x00" in path or any("\x00" in arg for arg in argv):
+        return f"fork/exec {path}: invalid argument"
+    return None

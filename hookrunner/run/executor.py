@@ -16,7 +16,7 @@ from functools import partial
 
 from hookrunner.errors import ArgumentError, CommandNotFound, HookrunnerError
 from hookrunner.golang.base64 import go_base64_decode
-from hookrunner.golang.exec import go_errno_text
+from hookrunner.golang.exec import go_errno_text, start_problem
 from hookrunner.golang.strconv import quote as go_quote
 from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.command import resolve_command
@@ -458,6 +458,9 @@ class CommandRunner:
         with self._lock:
             if self._closing:
                 return b"", "not started: hookrunner is shutting down"
+        problem = start_problem(path, argv, [f"{key}={value}" for key, value in env.items()], cwd or "")
+        if problem is not None:
+            return b"", problem
         journal = self.journal if run_id is not None else None
         found = None if journal is None else (lambda process: journal.add_process(run_id or 0, process))
         try:
@@ -466,6 +469,8 @@ class CommandRunner:
             process, run = self.waits.offload(self._tracker.start, spawn, found)
         except OSError as exc:
             return b"", f"fork/exec {path}: {go_errno_text(exc)}"
+        except ValueError:  # what start_problem did not foresee: Go's fork fails with EINVAL for it
+            return b"", f"fork/exec {path}: invalid argument"
         if journal is not None and run_id is not None:
             journal.started(run_id, run.leader)
         with self._lock:

@@ -1316,6 +1316,32 @@ CASES: list[Case] = [
         ),
         logs=("no ENVVAR name specified, falling back to [HOOK_OTHER]",),
     ),
+    # Go's exec.Cmd.Start refuses before any process exists: a NUL in the environment first, then a working
+    # directory stat cannot find (os.StartProcess's `chdir`), then a NUL in an argument (the fork's EINVAL);
+    # the files written for the command are removed all the same.
+    _c(
+        "start-refused-nul-in-argument",
+        "/hooks/start-refused?arg=a%00b&env=ok&file=secret",
+        status=500,
+        expect_body=COMMAND_ERROR,
+        files_removed=True,
+        logs=("error occurred: fork/exec ", ": invalid argument", "removing file "),
+    ),
+    _c(
+        "start-refused-nul-in-environment",
+        "/hooks/start-refused?arg=ok&env=a%00b&file=secret",
+        status=500,
+        expect_body=COMMAND_ERROR,
+        files_removed=True,
+        logs=("error occurred: exec: environment variable contains NUL", "removing file "),
+    ),
+    _c(
+        "start-refused-missing-working-directory",
+        "/hooks/missing-cwd",
+        status=500,
+        expect_body=COMMAND_ERROR,
+        logs=("error occurred: chdir /nonexistent-hookrunner-dir/sub: no such file or directory",),
+    ),
     # Go's base64 decoder skips line breaks anywhere; on corrupt input the file holds the whole quanta
     # decoded before the error.
     _c(
