@@ -149,17 +149,23 @@ def request(port: int, data: bytes, timeout: float = 10.0) -> bytes:
     """Send raw bytes, read until the server closes (or `timeout` passes: then what came)."""
     with socket.create_connection((HOST, port), timeout=timeout) as sock:
         sock.sendall(data)
-        out = bytearray()
-        deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                out += chunk
-        except (TimeoutError, ConnectionResetError):
-            pass
-        return bytes(out)
+        return receive(sock, time.monotonic() + timeout)
+
+
+def receive(sock: socket.socket, deadline: float, done: Callable[[bytes], bool] | None = None) -> bytes:
+    """What the server sends until it closes, `deadline` passes (or the socket times out), or `done(got)`."""
+    out = bytearray()
+    try:
+        while time.monotonic() < deadline:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+            if done is not None and done(bytes(out)):
+                break
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return bytes(out)
 
 
 def push(path: str, body: bytes = b"", content_type: str = "application/json", close: bool = True) -> bytes:
@@ -321,7 +327,6 @@ def oversized_head(port: int, kind: str, size: int) -> tuple[bytes, float]:
         data = b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * size + b"\r\n\r\n"
     limit = (1 << 20) + 4096
     crossed: list[float] = []
-    answer = bytearray()
     with socket.create_connection((HOST, port), timeout=30) as sock:
 
         def send() -> None:
@@ -338,25 +343,18 @@ def oversized_head(port: int, kind: str, size: int) -> tuple[bytes, float]:
 
         sender = threading.Thread(target=send, daemon=True)
         sender.start()
-        deadline = time.monotonic() + 30
-        try:
-            while time.monotonic() < deadline:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                answer += chunk
-                if (
-                    answer.endswith(b"431 Request Header Fields Too Large")
-                    or b"\r\n\r\n" in answer
-                    and (b"Content-Length: 0" in answer or answer.startswith(b"HTTP/1.1 200"))
-                ):
-                    break
-        except (TimeoutError, ConnectionResetError):
-            pass
+
+        def answered_in_full(answer: bytes) -> bool:
+            return answer.endswith(b"431 Request Header Fields Too Large") or (
+                b"\r\n\r\n" in answer
+                and (b"Content-Length: 0" in answer or answer.startswith(b"HTTP/1.1 200"))
+            )
+
+        answer = receive(sock, time.monotonic() + 30, answered_in_full)
         answered = time.monotonic()
         sock.close()
         sender.join(5)
-    return bytes(answer), answered - (crossed[0] if crossed else answered)
+    return answer, answered - (crossed[0] if crossed else answered)
 
 
 def json_body(size: int, kind: str) -> bytes:
