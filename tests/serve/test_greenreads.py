@@ -17,6 +17,9 @@ from hookrunner.serve.greenreads import LINE, DormantConnection, GatedUnreader
 from hookrunner.serve.greenreads import RequestReader as _RequestReader
 from hookrunner.serve.worker import ClientReadTimeout
 
+#: The `pair` fixture (tests/serve/conftest.py): two connected gevent sockets, the server's first.
+Pair = tuple[gevent.socket.socket, gevent.socket.socket]
+
 
 def after_one_request(reader: _RequestReader, client: gevent.socket.socket) -> None:
     """A first request read and answered: the reader now waits for the next one."""
@@ -26,9 +29,7 @@ def after_one_request(reader: _RequestReader, client: gevent.socket.socket) -> N
     reader.next_request()
 
 
-def test_the_first_request_has_the_read_timeout_from_the_start(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket],
-) -> None:
+def test_the_first_request_has_the_read_timeout_from_the_start(pair: Pair) -> None:
     server, _client = pair
     reader = _RequestReader(server, 0.2, 5.0, ("127.0.0.1", 1))
     began = time.monotonic()
@@ -37,9 +38,7 @@ def test_the_first_request_has_the_read_timeout_from_the_start(
     assert 0.15 <= time.monotonic() - began < 1
 
 
-def test_a_request_shares_one_deadline_from_its_first_byte(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket],
-) -> None:
+def test_a_request_shares_one_deadline_from_its_first_byte(pair: Pair) -> None:
     server, client = pair
     reader = _RequestReader(server, 0.3, 5.0, ("127.0.0.1", 1))
     client.sendall(b"G")
@@ -62,9 +61,7 @@ def test_a_request_shares_one_deadline_from_its_first_byte(
     assert time.monotonic() - began < 0.6
 
 
-def test_between_requests_the_wait_is_the_keepalive_time_and_then_the_end(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket],
-) -> None:
+def test_between_requests_the_wait_is_the_keepalive_time_and_then_the_end(pair: Pair) -> None:
     server, client = pair
     reader = _RequestReader(server, 0.0, 0.2, ("127.0.0.1", 1))
     after_one_request(reader, client)
@@ -74,9 +71,7 @@ def test_between_requests_the_wait_is_the_keepalive_time_and_then_the_end(
     assert 0.15 <= time.monotonic() - began < 1
 
 
-def test_a_later_request_gets_a_whole_read_timeout_from_its_first_byte(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket],
-) -> None:
+def test_a_later_request_gets_a_whole_read_timeout_from_its_first_byte(pair: Pair) -> None:
     server, client = pair
     reader = _RequestReader(server, 0.3, 5.0, ("127.0.0.1", 1))
     after_one_request(reader, client)
@@ -87,9 +82,7 @@ def test_a_later_request_gets_a_whole_read_timeout_from_its_first_byte(
     assert reader.recv(100) == b"more"
 
 
-def test_draining_reads_are_bounded_by_the_callers_timeout_only(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket],
-) -> None:
+def test_draining_reads_are_bounded_by_the_callers_timeout_only(pair: Pair) -> None:
     server, client = pair
     reader = _RequestReader(server, 0.1, 5.0, ("127.0.0.1", 1))
     client.sendall(b"head")
@@ -104,9 +97,7 @@ def test_draining_reads_are_bounded_by_the_callers_timeout_only(
         reader.recv(100)
 
 
-def test_stopping_ends_a_connection_waiting_for_a_request_only(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket],
-) -> None:
+def test_stopping_ends_a_connection_waiting_for_a_request_only(pair: Pair) -> None:
     server, client = pair
     reader = _RequestReader(server, 0.0, 5.0, ("127.0.0.1", 1))
     client.sendall(b"GET")
@@ -122,9 +113,7 @@ def test_stopping_ends_a_connection_waiting_for_a_request_only(
     assert waiter.get(timeout=2) == b""
 
 
-def test_a_pipelined_request_is_read_under_the_deadline_not_the_keepalive_time(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket],
-) -> None:
+def test_a_pipelined_request_is_read_under_the_deadline_not_the_keepalive_time(pair: Pair) -> None:
     server, client = pair
     reader = _RequestReader(server, 0.3, 0.1, ("127.0.0.1", 1))
     after_one_request(reader, client)
@@ -147,9 +136,7 @@ def trickle(client: gevent.socket.socket, data: bytes, pause: float = 0.01) -> g
     return gevent.spawn(send)
 
 
-def test_a_head_read_wakes_only_when_a_line_has_ended(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket],
-) -> None:
+def test_a_head_read_wakes_only_when_a_line_has_ended(pair: Pair) -> None:
     server, client = pair
     reader = _RequestReader(server, 5.0, 5.0, ("127.0.0.1", 1))
     reader.gate = LINE
@@ -162,9 +149,7 @@ def test_a_head_read_wakes_only_when_a_line_has_ended(
     assert reader.recv(8192) == b"Hos"  # an ungated read takes what is there
 
 
-def test_a_body_read_wakes_when_the_bytes_it_needs_are_there(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket],
-) -> None:
+def test_a_body_read_wakes_when_the_bytes_it_needs_are_there(pair: Pair) -> None:
     server, client = pair
     reader = _RequestReader(server, 5.0, 5.0, ("127.0.0.1", 1))
     reader.request_started()
@@ -175,9 +160,7 @@ def test_a_body_read_wakes_when_the_bytes_it_needs_are_there(
     feeder.get(timeout=5)
 
 
-def test_a_gated_read_returns_at_the_end_with_what_came(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket],
-) -> None:
+def test_a_gated_read_returns_at_the_end_with_what_came(pair: Pair) -> None:
     server, client = pair
     reader = _RequestReader(server, 5.0, 5.0, ("127.0.0.1", 1))
     reader.gate = LINE
@@ -187,9 +170,7 @@ def test_a_gated_read_returns_at_the_end_with_what_came(
     assert reader.recv(8192) == b""
 
 
-def test_a_gated_read_still_ends_at_the_deadline(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket],
-) -> None:
+def test_a_gated_read_still_ends_at_the_deadline(pair: Pair) -> None:
     server, client = pair
     reader = _RequestReader(server, 0.3, 5.0, ("127.0.0.1", 1))
     reader.gate = LINE
@@ -222,9 +203,7 @@ def test_the_unreader_tells_the_reader_what_each_read_needs() -> None:
     assert source.gate is None  # only while a read waits
 
 
-def test_a_dormant_connection_starts_at_its_first_byte(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket],
-) -> None:
+def test_a_dormant_connection_starts_at_its_first_byte(pair: Pair) -> None:
     server, client = pair
     started: list[tuple[float, bytes]] = []
     dormant: set[DormantConnection] = set()
@@ -242,7 +221,7 @@ def test_a_dormant_connection_starts_at_its_first_byte(
 
 
 def test_a_dormant_connection_is_closed_at_the_read_timeout_with_the_log_line(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket], monkeypatch: pytest.MonkeyPatch,
+    pair: Pair, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server, client = pair
     lines: list[str] = []
@@ -259,7 +238,7 @@ def test_a_dormant_connection_is_closed_at_the_read_timeout_with_the_log_line(
     assert lines == ["closing the connection from 127.0.0.1:7: request not received within 0.2s"]
 
 
-def test_stopping_closes_a_dormant_connection(pair: tuple[gevent.socket.socket, gevent.socket.socket]) -> None:
+def test_stopping_closes_a_dormant_connection(pair: Pair) -> None:
     server, client = pair
     started: list[tuple[float, bytes]] = []
     dormant: set[DormantConnection] = set()
@@ -281,7 +260,7 @@ def test_stopping_closes_a_dormant_connection(pair: tuple[gevent.socket.socket, 
     ],
 )
 def test_a_dormant_connection_hands_over_what_the_parser_must_answer_at_once(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket], head: bytes,
+    pair: Pair, head: bytes,
 ) -> None:
     server, client = pair
     started: list[tuple[float, bytes]] = []
@@ -292,9 +271,7 @@ def test_a_dormant_connection_hands_over_what_the_parser_must_answer_at_once(
     assert [h for _, h in started] == [head] and not dormant
 
 
-def test_a_reader_starts_with_the_head_a_dormant_connection_read(
-    pair: tuple[gevent.socket.socket, gevent.socket.socket],
-) -> None:
+def test_a_reader_starts_with_the_head_a_dormant_connection_read(pair: Pair) -> None:
     server, client = pair
     accepted = time.monotonic() - 0.2
     reader = _RequestReader(server, 0.3, 5.0, ("127.0.0.1", 1), accepted, b"GET / HTTP/1.1\r\n")
