@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import importlib
 import importlib.util
 import os
@@ -39,6 +40,7 @@ NO_HOOKS_MESSAGE = (
 )
 
 
+@functools.cache
 def hookrunner_version() -> str:
     """The installed distribution's version, from the METADATA file of its .dist-info beside the package:
     the file importlib.metadata reads, without the ~5 MiB that module's imports would keep in the master
@@ -349,8 +351,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(str(err))
         return err.exit_code
 
+    # Read now, while the installed files can be read: -setuid may take that away before it is logged.
+    version = hookrunner_version()
     if config.version:
-        print(f"hookrunner version {hookrunner_version()} (webhook {WEBHOOK_COMPATIBLE} compatible)")
+        print(f"hookrunner version {version} (webhook {WEBHOOK_COMPATIBLE} compatible)")
         return 0
 
     if config.list_cipher_suites:

@@ -31,6 +31,7 @@ def test_version_comes_from_the_installed_metadata(tmp_path: Path, monkeypatch: 
     info = tmp_path / "hookrunner-9.8.7.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hookrunner\nVersion: 9.8.7\n\nVersion: 1\n")
+    cli.hookrunner_version.cache_clear()  # read once per process; read again for this install
     monkeypatch.setattr(cli, "__file__", str(package / "cli.py"))
     assert cli.hookrunner_version() == "9.8.7"
 
