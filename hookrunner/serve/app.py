@@ -57,6 +57,7 @@ from hookrunner.serve.answers import (
     read_body,
 )
 from hookrunner.serve.proxies import forwarded_client, parse_networks
+from hookrunner.serve.routes import method_allowed, routed_hook
 
 #: Bodies at least this long are parsed by `Parsing.run` (off the gevent worker's event loop); shorter ones
 #: take less time to parse than to hand to a thread.
@@ -332,11 +333,7 @@ class HookApp:
     # --- pieces of the handler ----------------------------------------------------------------------
 
     def method_allowed(self, hook: Hook, method: str) -> bool:
-        if hook.http_methods:
-            return any(method == m.strip().upper() for m in hook.http_methods)
-        if self.allowed_methods:
-            return method in self.allowed_methods
-        return True
+        return method_allowed(hook, method, self.allowed_methods)
 
     def log_explanation(self, rid: str, hook: Hook, req: Request) -> None:
         """One extra line after webhook's mismatch line: the clauses that decided it, secrets redacted."""
@@ -546,13 +543,14 @@ def create_app(config: Config, registry: HookRegistry, runner: CommandRunner) ->
             return answer(301, b"", {"Location": cleaned + ("?" + query if query else "")})
         if path == "/":
             return hooks.root()
+        # With an empty -urlprefix a loaded hook named `healthz` keeps its path.
+        hook_id = routed_hook(path, base, hooks.metrics is not None, registry)
+        if hook_id is not None:
+            return hooks.hook(hook_id)
         if path == "/metrics" and hooks.metrics is not None:
             return hooks.observe("metrics")
-        # With an empty -urlprefix a loaded hook named `healthz` keeps its path.
-        if path == "/healthz" and not (base == "" and registry.match("healthz") is not None):
+        if path == "/healthz":
             return hooks.observe("health")
-        if path.startswith(base + "/"):
-            return hooks.hook(path[len(base) + 1 :])
         return answer(404, b"404 page not found\n", {"X-Content-Type-Options": "nosniff"}, TEXT_PLAIN)
 
     def internal_error(exc: Exception) -> WerkzeugResponse:

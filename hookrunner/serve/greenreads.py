@@ -55,7 +55,7 @@ def share_loop() -> None:
         # client would not be seen. Nor idle(): the loop runs idle watchers only when nothing else is
         # pending, which under a flood of new connections is never (a client waited for the flood's end).
         # A timer already due fires after the next poll, whatever else is pending.
-        gevent.idle()  # A/B
+        gevent.sleep(_DUE)
         _slice_started = time.monotonic()
 
 
@@ -91,8 +91,25 @@ _deadlines = _Deadlines()
 #: gets its greenlet at once, so that a line net/http refuses is answered as soon as it has come.
 _PLAIN_REQUEST_LINE = re.compile(rb"(?:GET|POST|PUT|HEAD|DELETE|PATCH|OPTIONS) /[!-$&-~]* HTTP/1\.[01]\r\n")
 
+#: Whether a request (method, target, Content-Length) is answered only once its body has come.
+BodyFirst = Callable[[bytes, bytes, int], bool]
+
 #: A dormant connection holds at most this much of a head before its greenlet takes over.
 DORMANT_HEAD_BYTES = 8192
+
+#: ...and at most this much of a body that is answered only once it has come (routes.body_first).
+DORMANT_BODY_BYTES = 65536
+
+#: A head whose header lines the parser takes as they are (a token, a colon, a value of visible bytes,
+#: spaces and tabs), after its request line.
+_PLAIN_HEADERS = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e\x80-\xff]*\r\n)*\r\n")
+
+#: The header lines that decide whether, and how much, body follows the head.
+_BODY_HEADERS = re.compile(
+    rb"^(content-length|transfer-encoding|expect|host):[ \t]*(.*?)[ \t]*\r$", re.IGNORECASE | re.MULTILINE
+)
+
+_PLAIN_HOST = re.compile(rb"[0-9A-Za-z.:\[\]-]+")
 
 
 class DormantConnection:
@@ -103,13 +120,21 @@ class DormantConnection:
     -read-timeout passing first closes it as a reader would (the log line, no answer). Thousands of idle
     connections, or of heads sent a byte at a time, cost the loop a system call per byte and no more, and
     the accept of each one is cheap enough for the listener to keep up with a client opening them as fast
-    as it can."""
+    as it can.
+
+    A plain head of a request that webhook answers only once its body has come (`body_first`, from
+    serve/routes.py) stays dormant for its body too, up to DORMANT_BODY_BYTES of it: thousands of slow
+    bodies then cost no dispatch through the app each. Its deadline passing starts the greenlet, whose
+    read of the body meets the deadline as it would have (the log line, the hook run with what came)."""
 
     def __init__(self, sock: Any, peer: Any, read_timeout: float, start: Callable[[float, bytes], None],
-                 dormant: set[DormantConnection]) -> None:
+                 dormant: set[DormantConnection], body_first: BodyFirst | None = None) -> None:
         self._sock, self._peer, self._read_timeout, self._start = sock, peer, read_timeout, start
         self._dormant = dormant
+        self._body_first = body_first
         self._head = bytearray()
+        #: How many bytes (head and body) to hold before the greenlet starts, once the head is whole.
+        self._until: int | None = None
         self.accepted = time.monotonic()
         self._watcher: Any = gevent.get_hub().loop.io(sock.fileno(), 1)
         self._watcher.start(self._readable)
@@ -135,26 +160,67 @@ class DormantConnection:
             data = b""  # the greenlet's own read meets the error again
         seen = len(head)
         head += data
-        if data and len(head) < DORMANT_HEAD_BYTES and not self._parser_needed(seen):
+        if data and not self._hand_over(seen):
             return
         if self._end():
             self._start(self.accepted, bytes(head))
 
+    def _hand_over(self, seen: int) -> bool:
+        """Whether the greenlet takes over now that more has come (`seen` bytes were there before)."""
+        if self._until is None:
+            if self._parser_needed(seen):
+                return True
+            if self._until is None:
+                return len(self._head) >= DORMANT_HEAD_BYTES
+        return len(self._head) >= self._until
+
     def _parser_needed(self, seen: int) -> bool:
-        """Whether the head as it stands (`seen` bytes of it looked at before) needs the parser now."""
+        """Whether the head as it stands (`seen` bytes of it looked at before) needs the parser now. A
+        whole head whose body is to be held first sets how much to hold (`_until`), and does not."""
         head = self._head
         line_end = head.find(b"\n")
         if line_end < 0:
             return False
         if not _PLAIN_REQUEST_LINE.fullmatch(head, 0, line_end + 1):
             return True
-        start = max(0, seen - 3)
-        if head.count(b"\n", max(seen, 1)) != head.count(b"\r\n", max(0, seen - 1)):
+        end = head.find(b"\r\n\r\n", max(0, seen - 3))
+        stop = len(head) if end < 0 else end + 4  # what follows the head is body
+        if head.count(b"\n", max(seen, 1), stop) != head.count(b"\r\n", max(0, seen - 1), stop):
             return True  # a bare LF: refused at once
-        return head.find(b"\r\n\r\n", start) >= 0
+        if end < 0:
+            return False
+        until = self._body_until(line_end + 1, end + 4)
+        if until is None or len(head) >= until:
+            return True
+        self._until = until
+        return False
+
+    def _body_until(self, headers: int, body: int) -> int | None:
+        """How much of the connection to hold in all, when its whole head (header lines from `headers`,
+        body from `body`) is one whose answer waits for a body of a plain Content-Length; else None."""
+        if self._body_first is None:
+            return None
+        head = self._head
+        if not _PLAIN_HEADERS.fullmatch(head, headers, body):
+            return None
+        fields: dict[bytes, list[bytes]] = {}
+        for name, value in _BODY_HEADERS.findall(head, headers, body):
+            fields.setdefault(name.lower(), []).append(value)
+        lengths, hosts = fields.get(b"content-length", []), fields.get(b"host", [])
+        if b"transfer-encoding" in fields or b"expect" in fields or len(lengths) != 1 or len(hosts) != 1:
+            return None
+        if not lengths[0].isdigit() or not _PLAIN_HOST.fullmatch(hosts[0]) or len(lengths[0]) > 15:
+            return None
+        length = int(lengths[0])
+        method, target, _ = bytes(head[: headers - 2]).split(b" ", 2)
+        if length == 0 or not self._body_first(method, target, length):
+            return None
+        return body + min(length, DORMANT_BODY_BYTES)
 
     def swept(self, now: float) -> None:
-        if self._end():
+        if self._until is not None:
+            self.close()  # a body part-way: its greenlet's read meets the deadline
+        elif self._end():
             read_expired(self._peer, self._read_timeout)
             self._sock.close()
 

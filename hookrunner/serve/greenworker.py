@@ -37,9 +37,17 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from hookrunner.ops.log import log
 from hookrunner.serve.app import Parsing
-from hookrunner.serve.greenreads import DormantConnection, GatedUnreader, RequestReader, polled, share_loop
+from hookrunner.serve.greenreads import (
+    BodyFirst,
+    DormantConnection,
+    GatedUnreader,
+    RequestReader,
+    polled,
+    share_loop,
+)
 from hookrunner.serve.greenruns import GreenWaits
 from hookrunner.serve.protocol import GoChunkedReader
+from hookrunner.serve.routes import body_first
 from hookrunner.serve.worker import WebhookWorker, ctx, handshake_expired, shutdown_reading
 
 T = TypeVar("T")
@@ -181,6 +189,8 @@ class _Listener(gevent.server.StreamServer):
     #: Plain connections wait for their first byte as a DormantConnection, under this -read-timeout
     #: (0: none); None: each gets its greenlet at once (TLS, whose handshake has a bound of its own).
     read_timeout: float | None = None
+    #: Which of those keep waiting for their body too (serve/routes.py).
+    body_first: BodyFirst | None = None
 
     def __init__(self, listener: Any, handle: Callable[..., None], pool: gevent.pool.Pool) -> None:
         super().__init__(listener, handle=handle, spawn=pool)
@@ -208,7 +218,9 @@ class _Listener(gevent.server.StreamServer):
             super().do_handle(*args)
             return
         client, peer = args
-        DormantConnection(client, peer, self.read_timeout, partial(self._woken, client, peer), self.dormant)
+        DormantConnection(
+            client, peer, self.read_timeout, partial(self._woken, client, peer), self.dormant, self.body_first
+        )
 
     def _woken(self, client: Any, peer: Any, accepted: float, head: bytes) -> None:
         try:
@@ -329,6 +341,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
             server = _Listener(listener, handle, pool)
             if ctx.ssl_context is None:
                 server.read_timeout = ctx.config.read_timeout
+                server.body_first = body_first(ctx.config, ctx.registry)
             if self.cfg.workers > 1:
                 server.max_accept = 1  # leave the next connection to another worker
             server.start()

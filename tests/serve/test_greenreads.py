@@ -280,3 +280,112 @@ def test_a_reader_starts_with_the_head_a_dormant_connection_read(pair: Pair) -> 
     with pytest.raises(ClientReadTimeout):  # the first request's deadline counts from the accept
         reader.recv(8192)
     assert time.monotonic() - accepted < 0.3 + 2 * greenreads.SWEEP + 0.3
+
+
+def _waits_for(method: bytes, target: bytes, length: int) -> bool:
+    """A stand-in for routes.body_first: POSTs to /hooks/ wait for their body."""
+    return method == b"POST" and target.startswith(b"/hooks/")
+
+
+PUSH_HEAD = b"POST /hooks/a HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\n"
+
+
+def test_a_dormant_connection_holds_a_body_answered_after_it_until_it_has_come(pair: Pair) -> None:
+    server, client = pair
+    started: list[tuple[float, bytes]] = []
+    dormant: set[DormantConnection] = set()
+    DormantConnection(server, ("127.0.0.1", 1), 5.0, lambda *a: started.append(a), dormant, _waits_for)
+    client.sendall(PUSH_HEAD + b"01\n34")  # a body's LF is not a bare LF of the head
+    gevent.sleep(0.05)
+    assert not started and dormant  # the head is whole, half of the body has come
+    for byte in b"5678":
+        client.sendall(bytes([byte]))
+        gevent.sleep(0.01)
+    assert not started
+    client.sendall(b"9")
+    gevent.sleep(0.05)
+    assert [h for _, h in started] == [PUSH_HEAD + b"01\n3456789"] and not dormant
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        PUSH_HEAD.replace(b"POST", b"PUT"),  # body_first says no
+        PUSH_HEAD.replace(b"Content-Length: 10", b"Content-Length: 0"),
+        PUSH_HEAD.replace(b"Content-Length: 10", b"Content-Length: +10"),  # the parser refuses it
+        PUSH_HEAD.replace(b"Content-Length: 10", b"Content-Length: 10\r\nContent-Length: 10"),
+        PUSH_HEAD.replace(b"Content-Length: 10", b"Transfer-Encoding: chunked"),
+        PUSH_HEAD.replace(b"Host: x", b"Host: x\r\nExpect: 100-continue"),  # answered 100 before the body
+        PUSH_HEAD.replace(b"Host: x\r\n", b""),
+        PUSH_HEAD.replace(b"Host: x", b"Host: x y"),
+        PUSH_HEAD.replace(b"Content-Type:", b"Content-Type :"),  # a head the parser refuses
+        PUSH_HEAD.replace(b"text/plain", b"text/\x01plain"),
+    ],
+)
+def test_a_dormant_connection_hands_over_a_head_whose_body_it_does_not_hold(pair: Pair, head: bytes) -> None:
+    server, client = pair
+    started: list[tuple[float, bytes]] = []
+    dormant: set[DormantConnection] = set()
+    DormantConnection(server, ("127.0.0.1", 1), 5.0, lambda *a: started.append(a), dormant, _waits_for)
+    client.sendall(head + b"01")
+    gevent.sleep(0.05)
+    assert [h for _, h in started] == [head + b"01"] and not dormant
+
+
+def test_a_dormant_body_is_held_up_to_its_bound(pair: Pair) -> None:
+    server, client = pair
+    started: list[tuple[float, bytes]] = []
+    head = PUSH_HEAD.replace(b"Length: 10", b"Length: 1000000")
+    DormantConnection(server, ("127.0.0.1", 1), 5.0, lambda *a: started.append(a), set(), _waits_for)
+    client.sendall(head + b"a" * (greenreads.DORMANT_BODY_BYTES - 1))
+    gevent.sleep(0.05)
+    assert not started
+    client.sendall(b"bc")
+    gevent.sleep(0.05)
+    assert len(started) == 1 and len(started[0][1]) >= len(head) + greenreads.DORMANT_BODY_BYTES
+
+
+@pytest.mark.parametrize("stop", ["deadline", "end", "stopping"])
+def test_a_body_part_way_starts_its_greenlet_at_the_deadline_the_end_or_a_stop(pair: Pair, stop: str) -> None:
+    server, client = pair
+    started: list[tuple[float, bytes]] = []
+    dormant: set[DormantConnection] = set()
+    connection = DormantConnection(
+        server, ("127.0.0.1", 1), 0.2 if stop == "deadline" else 5.0, lambda *a: started.append(a), dormant,
+        _waits_for,
+    )
+    client.sendall(PUSH_HEAD + b"012")
+    gevent.sleep(0.05)
+    assert not started
+    if stop == "end":
+        client.shutdown(2)
+    elif stop == "stopping":
+        connection.close()
+    gevent.sleep(0.2 + 2 * greenreads.SWEEP + 0.1)
+    # Not closed quietly as a head part-way would be: the reader meets the deadline or the end itself.
+    assert [h for _, h in started] == [PUSH_HEAD + b"012"] and not dormant
+
+
+def test_share_loop_lets_the_others_run_and_comes_back_while_they_stay_busy() -> None:
+    """Between two requests of a pipelining client, the loop serves the others once; it does not wait for
+    them all to be done (an idle watcher would, and a flood of new connections is never done)."""
+    ran: list[int] = []
+    stop = False
+
+    def busy() -> None:
+        while not stop:
+            ran.append(1)
+            gevent.sleep(0)  # always something ready to run
+
+    hog = gevent.spawn(busy)
+    gevent.sleep(0.01)
+    try:
+        greenreads._slice_started = time.monotonic() - greenreads.SLICE  # this slice is used up
+        before = len(ran)
+        sharing = gevent.spawn(greenreads.share_loop)
+        sharing.join(timeout=2)
+        assert sharing.dead, "share_loop waited for the busy greenlet to finish"
+        assert len(ran) > before  # the others had their turn
+    finally:
+        stop = True
+        hog.join(1)
