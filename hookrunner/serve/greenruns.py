@@ -1,6 +1,7 @@
-"""Runs on the gevent worker's event loop: each run a greenlet that starts its process (vfork: the loop
-stalls only until the child execs) and waits on its pipe and pidfd with the loop's watchers, sleeps with
-gevent, and hands what blocks for long (ending a replayed run's previous attempt) to a native thread. The
+"""Runs on the gevent worker's event loop: each run a greenlet that has its process started on a native
+thread of the loop's pool (Popen blocks until the child execs), waits on its pipe and pidfd with the loop's
+watchers, sleeps with gevent, and hands what else blocks for long (ending a replayed run's previous
+attempt) to a native thread too. The
 threaded worker keeps run/spawn.py's default: a command thread per run.
 """
 
