@@ -179,6 +179,12 @@ def test_pushes_the_rule_or_the_script_turns_away_create_nothing(stack: Stack) -
     assert stack.standin.jobs() == []
 
 
+def interruptible() -> None:
+    """Ctrl-C reaches scripts/dev as in a terminal, even when the tests were started with SIGINT ignored
+    (`nohup ... &`): bash cannot trap a signal it was started with ignored, and its Ctrl-C was lost."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_scripts_dev_walk_through(tmp_path: Path) -> None:
     """scripts/dev as a user runs it: start, curl a push, find the built site, Ctrl-C, nothing left over."""
     port = free_port()
@@ -186,7 +192,8 @@ def test_scripts_dev_walk_through(tmp_path: Path) -> None:
     output = tmp_path / "dev.out"
     with open(output, "wb") as out:
         dev = subprocess.Popen(
-            [str(REPO_ROOT / "scripts" / "dev")], env=env, stdout=out, stderr=subprocess.STDOUT
+            [str(REPO_ROOT / "scripts" / "dev")], env=env, stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=interruptible,
         )
     try:
         wait_serving(dev, port, 60, "scripts/dev", output)
