@@ -7,6 +7,7 @@ Bounds here are generous (this machine is shared); the targets themselves are me
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from hostile_load import (
     probing,
     push,
     raise_fd_limit,
+    receive,
     request,
     start,
     stop,
@@ -77,6 +79,25 @@ def test_more_connections_than_the_old_cap_do_not_stop_a_normal_client(server: T
             flood.close()
     assert not probe.failures, probe.failures
     assert probe.answered >= 20 and probe.p99_ms() < 1000, probe.summary()
+
+
+@fails_on_gthread("the threaded worker reads every request on a thread of its own, from its first byte")
+def test_a_body_still_coming_has_not_reached_the_app(server: Target) -> None:
+    """A push whose body comes slowly costs no dispatch until it has come (webhook answers it only then):
+    its hook is not matched, not even logged as incoming, while the body is part-way."""
+    body = b'{"a": 1}'
+    head = push("/hooks/json", body, close=True)[: -len(body)]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head + body[:3])
+        time.sleep(1)
+        assert request(server.port, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").startswith(
+            b"HTTP/1.1 200"
+        )  # served meanwhile, and logged: the log is up to date
+        assert "GET /" in server.log and "POST" not in server.log
+        sock.sendall(body[3:])
+        answer = receive(sock, time.monotonic() + 10)
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
+    assert "json got matched" in server.log
 
 
 def test_oversized_heads_get_gos_431_at_the_limit(server: Target) -> None:
