@@ -214,7 +214,8 @@ class Probe:
         return 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
     def summary(self) -> str:
-        return f"{self.answered} answered, {len(self.failures)} failed, p99 {self.p99_ms():.1f} ms"
+        first = f" (first: {self.failures[0]})" if self.failures else ""
+        return f"{self.answered} answered, {len(self.failures)} failed{first}, p99 {self.p99_ms():.1f} ms"
 
 
 def _probe_main(port: int, interval: float, limit: float) -> None:
