@@ -12,6 +12,7 @@ import signal
 import socket
 import stat
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -70,10 +71,16 @@ class _DeferredModule(ModuleType):
     """A module of the standard library that is imported only when something first reads one of its names
     (other than those it is made with)."""
 
+    #: Two threads of the threaded worker may read a deferred module's first name at once: one imports it,
+    #: the other then finds it imported (and neither imports a second copy).
+    _loading = threading.RLock()
+
     def __getattr__(self, name: str) -> Any:  # only for names not yet in the module
-        del sys.modules[self.__name__]
-        real = importlib.import_module(self.__name__)
-        self.__dict__.update(real.__dict__)
+        with self._loading:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            real = importlib.import_module(self.__name__)
+            self.__dict__.update(real.__dict__)
         return getattr(real, name)
 
 
