@@ -10,9 +10,9 @@ import os
 import resource
 import signal
 import socket
-import ssl
 import stat
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -23,9 +23,10 @@ from hookrunner.config import Config
 from hookrunner.errors import AdminSetupError, DuplicateHookError, UsageError
 from hookrunner.flags import parse_args
 from hookrunner.ops.log import configure, log
-from hookrunner.serve import tls
 
 if TYPE_CHECKING:
+    import ssl
+
     from hookrunner.hooks.load import HookRegistry
     from hookrunner.run.executor import CommandRunner
     from hookrunner.serve.adminserver import AdminListener
@@ -67,26 +68,63 @@ def hookrunner_version() -> str:
 
 
 class _DeferredModule(ModuleType):
-    """A module of the standard library that is imported only when something first reads one of its names."""
+    """A module of the standard library that is imported only when something first reads one of its names
+    (other than those it is made with)."""
+
+    #: Two threads of the threaded worker may read a deferred module's first name at once: one imports it,
+    #: the other then finds it imported (and neither imports a second copy).
+    _loading = threading.RLock()
 
     def __getattr__(self, name: str) -> Any:  # only for names not yet in the module
-        del sys.modules[self.__name__]
-        real = importlib.import_module(self.__name__)
-        self.__dict__.update(real.__dict__)
+        with self._loading:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            real = importlib.import_module(self.__name__)
+            self.__dict__.update(real.__dict__)
         return getattr(real, name)
 
 
-def _defer_package_metadata() -> None:
-    """gunicorn imports importlib.metadata at start, for entry points that hookrunner never names; that
-    module's own imports (email, zipfile, csv, pathlib) hold ~5 MiB in the master, and the forked worker
-    holds them again (docs/performance.md, memory at rest). It is registered as a _DeferredModule."""
-    if "importlib.metadata" in sys.modules:
+def _defer(name: str, **known: Any) -> None:
+    """Registers the module `name`, not yet imported, as a _DeferredModule that answers the names `known`
+    itself; a submodule is also set on its package, where `import package.name` finds it."""
+    if name in sys.modules:
         return
-    spec = importlib.util.find_spec("importlib.metadata")
-    deferred = _DeferredModule("importlib.metadata")
-    deferred.__spec__ = spec  # what the import system checks before it hands out a module already loaded
-    sys.modules["importlib.metadata"] = deferred
-    setattr(importlib, "metadata", deferred)  # noqa: B010 - read as importlib.metadata after `import importlib`
+    deferred = _DeferredModule(name)
+    deferred.__spec__ = importlib.util.find_spec(name)  # what the import system checks before it hands
+    deferred.__dict__.update(known)  # out a module already loaded
+    sys.modules[name] = deferred
+    package, _, child = name.rpartition(".")
+    if package:
+        setattr(importlib.import_module(package), child, deferred)
+
+
+#: Modules that gunicorn imports when the master imports it but that only a worker uses, if at all:
+#: email.utils (the Date header), html (error pages; its entity table alone is ~0.4 MiB), pickle (logging's
+#: socket handler). Each is a _DeferredModule in the master: its pages are no longer held there and
+#: counted again in the forked worker (docs/performance.md, memory at rest).
+WORKER_ONLY_MODULES = ("email.utils", "html", "pickle")
+
+#: What gunicorn's settings read of ssl when gunicorn is imported: the defaults of settings that only its
+#: own TLS set-up uses (hookrunner gives it a context of its own, serve/arbiter.py). CPython's values.
+SSL_CONSTANTS = {"PROTOCOL_TLS": 2, "PROTOCOL_SSLv23": 2, "CERT_NONE": 0}
+
+
+def defer_worker_modules(config: Config) -> None:
+    """Keeps out of the master what gunicorn imports there for its workers (docs/performance.md, memory at
+    rest). importlib.metadata, for entry points that hookrunner never names (its own imports, email,
+    zipfile, csv and pathlib, hold ~5 MiB), always. When the worker builds the app itself (not
+    builds_in_master: with -setuid it may no longer read the interpreter's files), also the
+    WORKER_ONLY_MODULES and, without -secure, ssl: loading ssl or hashlib initialises OpenSSL, whose
+    touched pages (~4 MiB) were held by the master and its copies by the worker as well."""
+    from hookrunner.serve.context import builds_in_master
+
+    _defer("importlib.metadata")
+    if builds_in_master(config):
+        return
+    for name in WORKER_ONLY_MODULES:
+        _defer(name)
+    if not config.secure:
+        _defer("ssl", **SSL_CONSTANTS)
 
 
 class ListenError(Exception):
@@ -313,11 +351,14 @@ def load_server_code(config: Config) -> None:
 
     The worker loads its own code after the fork, each module only with the flag that needs it, so that
     neither process holds what the configuration does not use (docs/performance.md, memory at rest).
-    When the master builds the app (serve/arbiter.py, builds_in_master), the worker's code is loaded here;
+    When the master builds the app (serve/context.py, builds_in_master), the worker's code is loaded here;
     with -setuid/-setgid, also every library a flag or a later reload may need."""
-    _defer_package_metadata()
+    defer_worker_modules(config)
+    if config.secure:
+        import hookrunner.serve.tls  # noqa: F401 - the master makes the TLS context
     import hookrunner.hooks.load
-    from hookrunner.serve.arbiter import builds_in_master
+    import hookrunner.serve.arbiter  # noqa: F401
+    from hookrunner.serve.context import builds_in_master
 
     if config.template:
         import hookrunner.hooks.template  # noqa: F401
@@ -358,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if config.list_cipher_suites:
+        from hookrunner.serve import tls
+
         try:
             names = tls.supported_cipher_names(config.tls_min_version)
         except tls.TLSSettingError as err:
@@ -483,6 +526,8 @@ def _run(config: Config, listener: Listener, admin: AdminListener | None = None)
     base = f"/{config.urlprefix}" if config.urlprefix else ""
     context: ssl.SSLContext | None = None
     if config.secure:
+        from hookrunner.serve import tls
+
         # webhook checks the TLS flags, announces the address, and only then finds a bad cert or key.
         try:
             tls.min_version(config.tls_min_version)

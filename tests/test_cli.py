@@ -54,6 +54,20 @@ def test_a_deferred_module_runs_on_its_first_use(monkeypatch: pytest.MonkeyPatch
     assert deferred.rgb_to_hsv is real.rgb_to_hsv
 
 
+def test_a_deferred_module_another_thread_has_loaded_is_not_loaded_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    name = "colorsys"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    deferred = cli._DeferredModule(name)
+    deferred.__spec__ = importlib.util.find_spec(name)
+    # What a second thread sees: it read a name that was missing, while the first thread's read replaced
+    # the deferred module in sys.modules by the real one.
+    real = importlib.import_module(name)
+    assert deferred.rgb_to_hsv is real.rgb_to_hsv
+    assert sys.modules[name] is real
+
+
 LOADED_CHILD = """
 import json, sys
 from hookrunner.cli import load_server_code

@@ -1,16 +1,16 @@
 """Trigger rules: and / or / not / match, decoded from a hooks file once and evaluated per request.
 
 Semantics, error texts and edge cases follow webhook 2.8 as built with Go 1.19 (the Debian reference).
+hashlib and hmac (OpenSSL) are imported where a request is matched, not here: the master loads the hooks
+but matches none, and stays without OpenSSL (docs/performance.md, memory at rest).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,6 +211,8 @@ class MatchRule(Rule):
         arg = argument_value(self.parameter, req)
         kind = self.type
         if kind == MATCH_VALUE:
+            import hmac
+
             return hmac.compare_digest(_go_bytes(arg), _go_bytes(self.value))
         if kind == MATCH_REGEX:
             if self._pattern_error is not None:
@@ -243,10 +245,11 @@ _DEPRECATED_HASHES = {
     MATCH_HASH_SHA256: "warn: use of deprecated option payload-hash-sha256: use payload-hmac-sha256 instead",
     MATCH_HASH_SHA512: "warn: use of deprecated option payload-hash-sha512: use payload-hmac-sha512 instead",
 }
-_HMAC_TYPES: dict[str, tuple[Callable[..., Any], str]] = {
-    MATCH_HMAC_SHA1: (hashlib.sha1, "sha1="),
-    MATCH_HMAC_SHA256: (hashlib.sha256, "sha256="),
-    MATCH_HMAC_SHA512: (hashlib.sha512, "sha512="),
+#: Each signature rule's hash (a hashlib name) and the prefix of its signatures.
+_HMAC_TYPES: dict[str, tuple[str, str]] = {
+    MATCH_HMAC_SHA1: ("sha1", "sha1="),
+    MATCH_HMAC_SHA256: ("sha256", "sha256="),
+    MATCH_HMAC_SHA512: ("sha512", "sha512="),
 }
 
 
@@ -264,9 +267,9 @@ def extract_signatures(source: str, prefix: str) -> list[str]:
     return [source[len(prefix) :] if source.startswith(prefix) else source]
 
 
-def _check_payload_signature(
-    body: bytes, secret: str, header: str, digest: Callable[..., Any], prefix: str
-) -> None:
+def _check_payload_signature(body: bytes, secret: str, header: str, digest: str, prefix: str) -> None:
+    import hmac
+
     if secret == "":
         raise RuleError("signature validation secret can not be empty")
     signatures = extract_signatures(header, prefix)
@@ -286,7 +289,9 @@ def _check_scalr_signature(req: Request, secret: str) -> bool:
         return False
     if secret == "":
         raise RuleError("signature validation signing key can not be empty")
-    mac = hmac.new(_go_bytes(secret), req.body + _go_bytes(date_header), hashlib.sha1)
+    import hmac
+
+    mac = hmac.new(_go_bytes(secret), req.body + _go_bytes(date_header), "sha1")
     if not hmac.compare_digest(_go_bytes(signature), mac.hexdigest().encode("ascii")):
         raise SignatureError(signature=signature)
     sent = parse_scalr_date(date_header)

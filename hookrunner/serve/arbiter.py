@@ -12,7 +12,6 @@ import logging
 import math
 import os
 import signal
-import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -21,17 +20,25 @@ from typing import TYPE_CHECKING, Any
 import gunicorn.glogging  # noqa: F401
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
-from gunicorn.workers.base import Worker
+from gunicorn.workers.workertmp import WorkerTmp
 
 from hookrunner.config import Config
 from hookrunner.errors import AdminSetupError
 from hookrunner.ops.log import json_line, log, rfc3339_now
 from hookrunner.run.journal import lock_state_dir, new_boot_id
-from hookrunner.serve import tls
-from hookrunner.serve.context import HELD_SIGNALS, THREADS, Registry, Runner, ctx
-from hookrunner.serve.protocol import MAX_HEAD_BYTES
+from hookrunner.serve.context import (
+    HELD_SIGNALS,
+    MAX_HEAD_BYTES,
+    THREADS,
+    Registry,
+    Runner,
+    builds_in_master,
+    ctx,
+)
 
 if TYPE_CHECKING:
+    import ssl
+
     from hookrunner.serve.adminserver import AdminListener, AdminProcess
 
 #: Reload signals that arrived after start-up announced `os signal watcher ready` but before gunicorn's
@@ -111,13 +118,23 @@ class HookArbiter(Arbiter):
         pass
 
 
-class _ForkedWorker(Worker):
+class _ForkedWorker:
     """What gunicorn's master makes and keeps for a worker: the real worker class (`serving`) is imported,
-    and the app built, only in the forked process, so that the master never loads gevent, Flask or
-    werkzeug (docs/performance.md, memory at rest). The master keeps this object (its heartbeat file,
-    its pid); the worker process runs the real one, on the same heartbeat file."""
+    and the app built, only in the forked process, so that the master never loads gevent, Flask,
+    werkzeug, gunicorn's worker and HTTP modules, or (without -secure) ssl (docs/performance.md, memory at
+    rest). The master keeps this object: what gunicorn's arbiter reads of a worker (its heartbeat file,
+    pid, age, booted and aborted); the worker process runs the real one, on the same heartbeat file."""
 
     serving = ""  # "module:Class"
+
+    def __init__(self, age: int, ppid: int, sockets: list[Any], app: Any, timeout: float, cfg: Any, log: Any):
+        # as gunicorn's Worker.__init__, which runs in the master before the fork
+        self.age, self.ppid, self.sockets, self.app = age, ppid, sockets, app
+        self.timeout, self.cfg, self.log = timeout, cfg, log
+        self.pid: int | str = "[booting]"
+        self.booted = False
+        self.aborted = False
+        self.tmp = WorkerTmp(cfg)
 
     def init_process(self) -> None:
         module, _, name = self.serving.partition(":")
@@ -240,13 +257,6 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
     return options
 
 
-def builds_in_master(config: Config) -> bool:
-    """Whether the master builds the app before forking: with -setuid/-setgid, since a worker may no longer
-    read the interpreter's files, and with -workers over 1, whose workers then share one copy of it (built
-    in each worker, Flask and gevent cost each one ~14 MiB of its own; docs/performance.md)."""
-    return bool(config.setuid or config.setgid) or config.workers > 1
-
-
 def serve(
     config: Config,
     build: Callable[[], tuple[Any, Runner]],
@@ -270,6 +280,8 @@ def serve(
     # Held until the whole tree is gone; inherited by the workers, which open the journal itself.
     ctx.state_lock = lock_state_dir(config.state_dir) if config.state_dir else None
     if config.secure and ssl_context is None:
+        from hookrunner.serve import tls
+
         ssl_context = tls.server_context(
             config.cert, config.key, config.tls_min_version, config.cipher_suites
         )

@@ -5,7 +5,6 @@ light (no Flask, gevent or werkzeug), so that the master can import it and stay 
 from __future__ import annotations
 
 import signal
-import ssl
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
@@ -16,6 +15,8 @@ from hookrunner.run.history import Recorder
 from hookrunner.run.journal import Journal, LeftOver
 
 if TYPE_CHECKING:
+    import ssl
+
     from hookrunner.run.spawn import Waits
 
 
@@ -63,6 +64,17 @@ THREADS = 64
 #: Signals the master holds back across the fork of a worker, until the worker's handlers are in place.
 HELD_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1}
 
+#: net/http's bound on a request's head, the request line and the headers together: DefaultMaxHeaderBytes
+#: (1 MB) plus the 4096 bytes its buffered reader may hold on top. A longer head is answered 431
+#: (protocol.py); the master gives gunicorn the same bound.
+MAX_HEAD_BYTES = (1 << 20) + 4096
+
+
+def builds_in_master(config: Config) -> bool:
+    """Whether the master builds the app before forking: with -setuid/-setgid, since a worker may no longer
+    read the interpreter's files, and with -workers over 1, whose workers then share one copy of it (built
+    in each worker, Flask and gevent cost each one ~14 MiB of its own; docs/performance.md)."""
+    return bool(config.setuid or config.setgid) or config.workers > 1
 
 
 class _Context:

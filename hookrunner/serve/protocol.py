@@ -16,6 +16,8 @@ from gunicorn import util as gunicorn_util
 from gunicorn.http import errors as http_errors
 from gunicorn.http.body import Body, ChunkedReader
 
+from hookrunner.serve.context import MAX_HEAD_BYTES
+
 
 class GoResponse(gunicorn.http.wsgi.Response):
     """gunicorn's response head as Go's net/http writes it: no `Server:` header, and `Connection:` only
@@ -146,11 +148,6 @@ def go_header_block(block: bytes) -> tuple[bytes, str]:
 
 class HeadExpectationFailed(http_errors.ExpectationFailed):
     """An unknown Expect on a HEAD request: net/http's 417 then has no Content-Length (no body written)."""
-
-
-#: net/http's bound on a request's head, the request line and the headers together: DefaultMaxHeaderBytes
-#: (1 MB) plus the 4096 bytes its buffered reader may hold on top. A longer head is answered 431.
-MAX_HEAD_BYTES = (1 << 20) + 4096
 
 
 class HeadTooLarge(http_errors.LimitRequestHeaders):
