@@ -320,8 +320,8 @@ _shared_numbers: dict[str, JSONNumber] = {}
 # number exactly as written, so no int() or float() conversion (and no 4300-digit limit) happens.
 def _number(text: str) -> JSONNumber:
     """The JSONNumber for `text`. A short one is shared: it is immutable, and a JSONNumber costs some 90
-    bytes (a str subclass keeps its characters apart), so a body of `0,0,0,...` took 44 times its size
-    in memory, the most of any JSON value, and as many objects to free once answered (docs/limits.md,
+    bytes (a str subclass keeps its characters apart), so a body of `0,0,0,...` took some 60 times its
+    size in memory, the most of any JSON value, and as many objects to free once answered (docs/limits.md,
     robustness). Valid literals of three characters or fewer are a few thousand at most."""
     # A Python function, not the class itself: the C decoder then runs bytecode for each number, where the
     # interpreter can hand the GIL to another thread (a decode on a parser thread does not stall the
