@@ -241,7 +241,7 @@ class _Decoder:
             while 0x30 <= at(p) <= 0x39:
                 p += 1
         self.pos = p
-        return JSONNumber(data[start:p].decode("ascii"))
+        return _number(data[start:p].decode("ascii"))
 
     def _read_string(self) -> str:
         data, n = self.data, len(self.data)
@@ -311,13 +311,27 @@ def _refuse_constant(name: str) -> Any:
     raise _NotCertain(name)
 
 
+#: Numbers of at most this many characters are made once and shared (_number).
+SHARED_NUMBER_CHARS = 3
+_shared_numbers: dict[str, JSONNumber] = {}
+
+
 # The C decoder, with numbers kept as their literal text: a parse_int/parse_float hook is handed the
 # number exactly as written, so no int() or float() conversion (and no 4300-digit limit) happens.
 def _number(text: str) -> JSONNumber:
+    """The JSONNumber for `text`. A short one is shared: it is immutable, and a JSONNumber costs some 90
+    bytes (a str subclass keeps its characters apart), so a body of `0,0,0,...` took some 60 times its
+    size in memory, the most of any JSON value, and as many objects to free once answered (docs/limits.md,
+    robustness). Valid literals of three characters or fewer are a few thousand at most."""
     # A Python function, not the class itself: the C decoder then runs bytecode for each number, where the
     # interpreter can hand the GIL to another thread (a decode on a parser thread does not stall the
     # server's event loop for its whole length).
-    return JSONNumber(text)
+    if len(text) > SHARED_NUMBER_CHARS:
+        return JSONNumber(text)
+    number = _shared_numbers.get(text)
+    if number is None:
+        number = _shared_numbers.setdefault(text, JSONNumber(text))
+    return number
 
 
 _C_DECODER = json.JSONDecoder(parse_int=_number, parse_float=_number, parse_constant=_refuse_constant)

@@ -4,6 +4,7 @@ stop, and the -read-timeout deadline on request reads."""
 
 from __future__ import annotations
 
+import ctypes
 import math
 import queue
 import re
@@ -50,6 +51,26 @@ if TYPE_CHECKING:
 
 #: How long net/http waits between shutting the write side of a refused connection and closing it.
 RST_AVOIDANCE_DELAY = 0.5
+
+#: glibc's mallopt parameter for the size from which an allocation gets pages of its own (malloc.h).
+M_MMAP_THRESHOLD = -3
+#: Allocations of this many bytes or more are mapped on their own, and given back to the system when freed.
+MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+def map_big_allocations() -> bool:
+    """Have glibc map every allocation of MMAP_THRESHOLD_BYTES or more on its own, for good. By default it
+    raises that threshold each time such a block is freed (up to 32 MiB), so once a big body was read
+    the next ones of its size (the body, its decoded text, their copies, on parser and request threads)
+    were taken from a thread's arena and kept there when freed: some 60 MB stayed after two 25 MiB bodies
+    (docs/limits.md, robustness). Returns False where there is no mallopt (not glibc)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
 
@@ -247,6 +268,7 @@ class WebhookWorker(Worker):
         raise NotImplementedError
 
     def init_process(self) -> None:
+        map_big_allocations()
         # Go's net/http sends no Server header; swap the response class in this process only.
         gunicorn.http.wsgi.Response = GoResponse
         # Header names and values are checked as net/http checks them: after its Host checks.

@@ -295,3 +295,17 @@ def test_go_json_dumps_nests_deeper_than_the_recursion_limit() -> None:
         nested = {"b": [nested], "a": 1}
     assert go_json_dumps(nested) == '{"a":1,"b":[' * depth + '"x"' + "]}" * depth
     assert go_json_dumps([[[]], {}, [{"<": None}]]) == '[[[]],{},[{"\\u003c":null}]]'
+
+
+@pytest.mark.parametrize(
+    "body", [b"[0, 0, 1.5, 1.5, -7, -7, 1234, 1234]", b'[0, 0, 1.5, 1.5, -7, -7, 1234, 1234, "\xff"]']
+)
+def test_short_numbers_are_shared_long_ones_are_not(body: bytes) -> None:
+    """A number of three characters or fewer is one object however often it comes (a body of zeros took 44
+    times its size); the C decoder and the exact one (bad UTF-8 sends the body there) alike."""
+    values = loads_json(body)
+    assert values[:8] == ["0", "0", "1.5", "1.5", "-7", "-7", "1234", "1234"]
+    assert all(type(v) is JSONNumber for v in values[:8])
+    assert values[0] is values[1] and values[2] is values[3] and values[4] is values[5]
+    assert values[6] is not values[7]
+    assert loads_json(b"[0]")[0] is values[0]

@@ -101,12 +101,26 @@ def test_a_failed_accept_is_logged_in_net_https_words() -> None:
     assert [go_ms(d) for d in (0.005, 0.01, 0.64, 1.0)] == ["5ms", "10ms", "640ms", "1s"]
 
 
-def test_dismantle_empties_a_parsed_request_and_every_container_in_it() -> None:
-    inner = [{"b": [1, 2]}, [3]]
-    scalars = list(range(3 * greenworker.DISMANTLE_STEP))  # steps of scalars only, then a step with containers
-    payload = {"a": [*inner, *scalars], "c": {"d": [4]}}
+def test_dismantle_empties_a_parsed_request_and_every_big_container_in_it() -> None:
+    small = [{"b": [1, 2]}, [3], []]  # few objects in all: freed with their step, not walked
+    big = list(range(2 * greenworker.DISMANTLE_BUDGET))  # more than a step may free: emptied step by step
+    scalars = list(range(3 * greenworker.DISMANTLE_STEP))
+    # Taken from the end: a step holding `big`, two of scalars only, the small containers with a scalar.
+    payload = {"a": [*small, *scalars, [big]], "c": {"d": [4]}}
     req = SimpleNamespace(payload=payload)
     parsed: list[object] = [req]
     greenworker._dismantle(parsed)
     assert parsed == [] and req.payload is None
-    assert payload == {} and inner == [{}, []]
+    assert payload == {} and big == []
+    assert small == [{"b": [1, 2]}, [3], []]
+
+
+def test_holds_more_counts_what_containers_hold_all_the_way_down() -> None:
+    holds_more = greenworker._holds_more
+    assert not holds_more(["a", "", None, True, [], {}] * 1000, 10)
+    assert not holds_more([[[1, 2]], {"k": [3]}], 5)  # [1, 2] and [3], then 1, 2 and 3
+    assert holds_more([[[1, 2]], {"k": [3]}], 4)
+    assert holds_more([[[[[[list(range(100))]]]]]], 50)
+    assert not holds_more([{"d": {"e": "x" * 10_000}}], 4)  # a string is one object, however long
+
+
