@@ -523,7 +523,7 @@ def _run(config: Config, listener: Listener, admin: AdminListener | None = None)
         for path in registry.files:
             log.output(f"setting up file watcher for {path}")
 
-    base = f"/{config.urlprefix}" if config.urlprefix else ""
+    base = config.hooks_base
     context: ssl.SSLContext | None = None
     if config.secure:
         from hookrunner.serve import tls

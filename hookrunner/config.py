@@ -78,6 +78,16 @@ class Config:
         return self.hooks or ("hooks.json",)
 
     @property
+    def hooks_base(self) -> str:
+        """The path before a hook's id, without its last slash: `/hooks` for -urlprefix hooks, "" for none."""
+        return f"/{self.urlprefix}" if self.urlprefix else ""
+
+    @property
+    def body_limit(self) -> int | None:
+        """-max-body-size in bytes, or None for no limit (0)."""
+        return self.max_body_size if self.max_body_size > 0 else None
+
+    @property
     def allowed_methods(self) -> tuple[str, ...]:
         """The global -http-methods, cleaned as webhook cleans it (spaces dropped, upper-cased)."""
         cleaned = self.http_methods.replace(" ", "").upper()

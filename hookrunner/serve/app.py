@@ -523,8 +523,7 @@ def create_app(config: Config, registry: HookRegistry, runner: CommandRunner) ->
     """The WSGI app serving `/` and `/<urlprefix>/<id>` exactly as webhook routes them."""
     hooks = HookApp(config, registry, runner)
     app = HookFlask("hookrunner", static_folder=None)
-    max_body = config.max_body_size if config.max_body_size > 0 else None
-    base = f"/{config.urlprefix}" if config.urlprefix else ""
+    max_body, base = config.body_limit, config.hooks_base
 
     # Routing is done here, not by werkzeug's URL map: gorilla/mux's `/{prefix}/{id:.*}` keeps trailing
     # slashes and empty ids, and cleans paths with a 301, none of which werkzeug's rules reproduce.

@@ -50,8 +50,7 @@ def body_first(config: Config, registry: Registry) -> Callable[[bytes, bytes, in
     body under GO_DISCARD_LIMIT on any route (net/http reads it first), or any body of a loaded hook that
     takes the method (webhook's handler reads the whole body before it decides anything). Not a body over
     -max-body-size (answered 413 at once). `target` is an origin-form target without `%` escapes."""
-    base = f"/{config.urlprefix}" if config.urlprefix else ""
-    max_body = config.max_body_size if config.max_body_size > 0 else None
+    base, max_body = config.hooks_base, config.body_limit
     allowed = config.allowed_methods
 
     def answers_after(method: bytes, target: bytes, length: int) -> bool:
