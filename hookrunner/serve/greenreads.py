@@ -94,6 +94,10 @@ _PLAIN_REQUEST_LINE = re.compile(rb"(?:GET|POST|PUT|HEAD|DELETE|PATCH|OPTIONS) /
 #: Whether a request (method, target, Content-Length) is answered only once its body has come.
 BodyFirst = Callable[[bytes, bytes, int], bool]
 
+#: How a DormantConnection's greenlet is started: (accepted, what it read, whether its client has gone:
+#: the end of the stream, or an error, came before the head or body it held was whole).
+Start = Callable[[float, bytes, bool], None]
+
 #: A dormant connection holds at most this much of a head before its greenlet takes over.
 DORMANT_HEAD_BYTES = 8192
 
@@ -115,19 +119,19 @@ _PLAIN_HOST = re.compile(rb"[0-9A-Za-z.:\[\]-]+")
 class DormantConnection:
     """A plain connection whose head has not all come: a watcher of the loop (whose callback reads the
     bytes) and an entry in _Deadlines, no greenlet, no parser. The connection's greenlet starts
-    (`start(accepted, head)`) once the head is whole, or the end or an error has come, or the parser has
-    something to answer at once (a request line it may refuse, a bare LF, more than DORMANT_HEAD_BYTES);
-    -read-timeout passing first closes it as a reader would (the log line, no answer). Thousands of idle
-    connections, or of heads sent a byte at a time, cost the loop a system call per byte and no more, and
-    the accept of each one is cheap enough for the listener to keep up with a client opening them as fast
-    as it can.
+    (`start(accepted, head, gone)`) once the head is whole, or the end or an error has come (`gone`: its
+    client left part-way), or the parser has something to answer at once (a request line it may refuse, a
+    bare LF, more than DORMANT_HEAD_BYTES); -read-timeout passing first closes it as a reader would (the
+    log line, no answer). Thousands of idle connections, or of heads sent a byte at a time, cost the loop
+    a system call per byte and no more, and the accept of each one is cheap enough for the listener to
+    keep up with a client opening them as fast as it can.
 
     A plain head of a request that webhook answers only once its body has come (`body_first`, from
     serve/routes.py) stays dormant for its body too, up to DORMANT_BODY_BYTES of it: thousands of slow
     bodies then cost no dispatch through the app each. Its deadline passing starts the greenlet, whose
     read of the body meets the deadline as it would have (the log line, the hook run with what came)."""
 
-    def __init__(self, sock: Any, peer: Any, read_timeout: float, start: Callable[[float, bytes], None],
+    def __init__(self, sock: Any, peer: Any, read_timeout: float, start: Start,
                  dormant: set[DormantConnection], body_first: BodyFirst | None = None) -> None:
         self._sock, self._peer, self._read_timeout, self._start = sock, peer, read_timeout, start
         self._dormant = dormant
@@ -163,7 +167,7 @@ class DormantConnection:
         if data and not self._hand_over(seen):
             return
         if self._end():
-            self._start(self.accepted, bytes(head))
+            self._start(self.accepted, bytes(head), not data)
 
     def _hand_over(self, seen: int) -> bool:
         """Whether the greenlet takes over now that more has come (`seen` bytes were there before)."""
@@ -229,7 +233,7 @@ class DormantConnection:
         request being read, and gets its greenlet to go on."""
         if self._end():
             if self._head:
-                self._start(self.accepted, bytes(self._head))
+                self._start(self.accepted, bytes(self._head), False)
             else:
                 self._sock.close()
 

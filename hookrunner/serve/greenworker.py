@@ -18,6 +18,7 @@ import ssl
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
@@ -71,6 +72,12 @@ PARSE_THREADS = 2
 #: Go's backoff after a failed accept (net/http's Serve): 5 ms, doubled up to 1 s.
 ACCEPT_RETRY_FIRST = 0.005
 ACCEPT_RETRY_MAX = 1.0
+
+#: Connections whose client went away part-way through a held head or body, served at once; the rest wait
+#: their turn. Each is still served to its end (a hook whose body was cut runs with what came, as in
+#: webhook), but thousands cut at once (a flood closing) would otherwise all be ready on the loop together,
+#: and a live client would wait behind every one of them.
+GONE_AT_ONCE = 8
 
 #: How long the unread rest of a request body may take to drain before the connection is kept alive;
 #: gunicorn's threaded worker allows as much.
@@ -219,6 +226,9 @@ class _Listener(gevent.server.StreamServer):
         super().__init__(listener, handle=handle, spawn=pool)
         self._serve_connection, self._pool = handle, pool
         self.dormant: set[DormantConnection] = set()
+        #: Connections whose client has gone, waiting for one of GONE_AT_ONCE turns, and how many are served.
+        self._gone: deque[tuple[Any, Any, float, bytes]] = deque()
+        self._gone_serving = 0
 
     def do_read(self) -> Any:
         try:
@@ -245,9 +255,21 @@ class _Listener(gevent.server.StreamServer):
             client, peer, self.read_timeout, partial(self._woken, client, peer), self.dormant, self.body_first
         )
 
-    def _woken(self, client: Any, peer: Any, accepted: float, head: bytes) -> None:
+    @property
+    def waiting(self) -> int:
+        """Connections accepted and not yet served: those whose client has gone, waiting their turn."""
+        return len(self._gone)
+
+    def _woken(self, client: Any, peer: Any, accepted: float, head: bytes, gone: bool = False) -> None:
+        if gone:
+            self._gone.append((client, peer, accepted, head))
+            self._serve_gone()
+            return
+        self._spawn(self._serve, client, peer, accepted, head)
+
+    def _spawn(self, serve: Callable[..., None], client: Any, *args: Any) -> None:
         try:
-            self._pool.spawn(self._serve, client, peer, accepted, head)
+            self._pool.spawn(serve, client, *args)
         except BaseException:
             client.close()
             raise
@@ -257,6 +279,18 @@ class _Listener(gevent.server.StreamServer):
             self._serve_connection(client, peer, accepted, head)
         finally:
             client.close()
+
+    def _serve_gone(self) -> None:
+        while self._gone and self._gone_serving < GONE_AT_ONCE:
+            self._gone_serving += 1
+            self._spawn(self._serve_turn, *self._gone.popleft())
+
+    def _serve_turn(self, client: Any, peer: Any, accepted: float, head: bytes) -> None:
+        try:
+            self._serve(client, peer, accepted, head)
+        finally:
+            self._gone_serving -= 1
+            self._serve_gone()
 
     def close_dormant(self) -> None:
         for connection in list(self.dormant):
@@ -380,7 +414,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
             server.close_dormant()
 
         def busy() -> bool:
-            return any(len(pool) for pool in pools)
+            return any(len(pool) for pool in pools) or any(server.waiting for server in servers)
 
         deadline = time.monotonic() + self.cfg.graceful_timeout
         while busy():

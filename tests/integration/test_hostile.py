@@ -83,6 +83,27 @@ def test_more_connections_than_the_old_cap_do_not_stop_a_normal_client(server: T
 
 
 @fails_on_gthread("the threaded worker reads every request on a thread of its own, from its first byte")
+def test_slow_bodies_cut_at_once_each_run_their_hook_and_let_a_live_client_through(server: Target) -> None:
+    """1,000 slow bodies cut at once: each one's hook still runs with what came, as webhook's does, but a
+    push sent right after is served between them, not once they have all been (docs/limits.md)."""
+    count = 1000
+    flood = Flood(server.port, "slowbody", count).open()
+    assert flood.opened == count
+    time.sleep(1)
+    flood.close()
+    began = time.monotonic()
+    answer = request(server.port, push("/hooks/ping", b"{}"), 30)
+    waited = time.monotonic() - began
+    answered_before = server.log.count("| POST /hooks/json")
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
+    assert answered_before < count // 2, f"the push was answered after {answered_before} cut bodies, in {waited:.1f} s"
+    deadline = time.monotonic() + 120
+    while server.log.count("finished handling json") < count and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert server.log.count("finished handling json") == count
+
+
+@fails_on_gthread("the threaded worker reads every request on a thread of its own, from its first byte")
 def test_a_body_still_coming_has_not_reached_the_app(server: Target) -> None:
     """A push whose body comes slowly costs no dispatch until it has come (webhook answers it only then):
     its hook is not matched, not even logged as incoming, while the body is part-way."""

@@ -205,7 +205,7 @@ def test_the_unreader_tells_the_reader_what_each_read_needs() -> None:
 
 def test_a_dormant_connection_starts_at_its_first_byte(pair: Pair) -> None:
     server, client = pair
-    started: list[tuple[float, bytes]] = []
+    started: list[tuple[float, bytes, bool]] = []
     dormant: set[DormantConnection] = set()
     connection = DormantConnection(server, ("127.0.0.1", 1), 5.0, lambda *a: started.append(a), dormant)
     assert dormant == {connection}
@@ -216,7 +216,7 @@ def test_a_dormant_connection_starts_at_its_first_byte(pair: Pair) -> None:
     assert not started  # a head part-way: still dormant
     client.sendall(b"ET / HTTP/1.1\r\nHost: x\r\n\r\n")
     gevent.sleep(0.05)
-    assert started == [(connection.accepted, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")]  # the head, for the reader
+    assert started == [(connection.accepted, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", False)]  # the head, for the reader
     assert not dormant
 
 
@@ -226,7 +226,7 @@ def test_a_dormant_connection_is_closed_at_the_read_timeout_with_the_log_line(
     server, client = pair
     lines: list[str] = []
     monkeypatch.setattr(log, "output", lambda message, **_: lines.append(message))
-    started: list[tuple[float, bytes]] = []
+    started: list[tuple[float, bytes, bool]] = []
     dormant: set[DormantConnection] = set()
     DormantConnection(server, ("127.0.0.1", 7), 0.2, lambda *a: started.append(a), dormant)
     client.sendall(b"GET / HTTP/1.1\r\nX-a: ")  # a head that never ends
@@ -240,7 +240,7 @@ def test_a_dormant_connection_is_closed_at_the_read_timeout_with_the_log_line(
 
 def test_stopping_closes_a_dormant_connection(pair: Pair) -> None:
     server, client = pair
-    started: list[tuple[float, bytes]] = []
+    started: list[tuple[float, bytes, bool]] = []
     dormant: set[DormantConnection] = set()
     connection = DormantConnection(server, ("127.0.0.1", 1), 0.0, lambda *a: started.append(a), dormant)
     connection.close()
@@ -263,12 +263,12 @@ def test_a_dormant_connection_hands_over_what_the_parser_must_answer_at_once(
     pair: Pair, head: bytes,
 ) -> None:
     server, client = pair
-    started: list[tuple[float, bytes]] = []
+    started: list[tuple[float, bytes, bool]] = []
     dormant: set[DormantConnection] = set()
     DormantConnection(server, ("127.0.0.1", 1), 5.0, lambda *a: started.append(a), dormant)
     client.sendall(head)
     gevent.sleep(0.05)
-    assert [h for _, h in started] == [head] and not dormant
+    assert [h for _, h, _ in started] == [head] and not dormant
 
 
 def test_a_reader_starts_with_the_head_a_dormant_connection_read(pair: Pair) -> None:
@@ -292,7 +292,7 @@ PUSH_HEAD = b"POST /hooks/a HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nC
 
 def test_a_dormant_connection_holds_a_body_answered_after_it_until_it_has_come(pair: Pair) -> None:
     server, client = pair
-    started: list[tuple[float, bytes]] = []
+    started: list[tuple[float, bytes, bool]] = []
     dormant: set[DormantConnection] = set()
     DormantConnection(server, ("127.0.0.1", 1), 5.0, lambda *a: started.append(a), dormant, _waits_for)
     client.sendall(PUSH_HEAD + b"01\n34")  # a body's LF is not a bare LF of the head
@@ -304,7 +304,7 @@ def test_a_dormant_connection_holds_a_body_answered_after_it_until_it_has_come(p
     assert not started
     client.sendall(b"9")
     gevent.sleep(0.05)
-    assert [h for _, h in started] == [PUSH_HEAD + b"01\n3456789"] and not dormant
+    assert [h for _, h, _ in started] == [PUSH_HEAD + b"01\n3456789"] and not dormant
 
 
 @pytest.mark.parametrize(
@@ -324,17 +324,17 @@ def test_a_dormant_connection_holds_a_body_answered_after_it_until_it_has_come(p
 )
 def test_a_dormant_connection_hands_over_a_head_whose_body_it_does_not_hold(pair: Pair, head: bytes) -> None:
     server, client = pair
-    started: list[tuple[float, bytes]] = []
+    started: list[tuple[float, bytes, bool]] = []
     dormant: set[DormantConnection] = set()
     DormantConnection(server, ("127.0.0.1", 1), 5.0, lambda *a: started.append(a), dormant, _waits_for)
     client.sendall(head + b"01")
     gevent.sleep(0.05)
-    assert [h for _, h in started] == [head + b"01"] and not dormant
+    assert [h for _, h, _ in started] == [head + b"01"] and not dormant
 
 
 def test_a_dormant_body_is_held_up_to_its_bound(pair: Pair) -> None:
     server, client = pair
-    started: list[tuple[float, bytes]] = []
+    started: list[tuple[float, bytes, bool]] = []
     head = PUSH_HEAD.replace(b"Length: 10", b"Length: 1000000")
     DormantConnection(server, ("127.0.0.1", 1), 5.0, lambda *a: started.append(a), set(), _waits_for)
     client.sendall(head + b"a" * (greenreads.DORMANT_BODY_BYTES - 1))
@@ -348,7 +348,7 @@ def test_a_dormant_body_is_held_up_to_its_bound(pair: Pair) -> None:
 @pytest.mark.parametrize("stop", ["deadline", "end", "stopping"])
 def test_a_body_part_way_starts_its_greenlet_at_the_deadline_the_end_or_a_stop(pair: Pair, stop: str) -> None:
     server, client = pair
-    started: list[tuple[float, bytes]] = []
+    started: list[tuple[float, bytes, bool]] = []
     dormant: set[DormantConnection] = set()
     connection = DormantConnection(
         server, ("127.0.0.1", 1), 0.2 if stop == "deadline" else 5.0, lambda *a: started.append(a), dormant,
@@ -363,7 +363,8 @@ def test_a_body_part_way_starts_its_greenlet_at_the_deadline_the_end_or_a_stop(p
         connection.close()
     gevent.sleep(0.2 + 2 * greenreads.SWEEP + 0.1)
     # Not closed quietly as a head part-way would be: the reader meets the deadline or the end itself.
-    assert [h for _, h in started] == [PUSH_HEAD + b"012"] and not dormant
+    assert [h for _, h, _ in started] == [PUSH_HEAD + b"012"] and not dormant
+    assert [gone for _, _, gone in started] == [stop == "end"]  # only at the end has its client gone
 
 
 def test_share_loop_lets_the_others_run_and_comes_back_while_they_stay_busy() -> None:

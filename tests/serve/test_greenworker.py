@@ -9,6 +9,7 @@ from concurrent.futures import Future
 from types import SimpleNamespace
 
 import gevent
+import gevent.pool
 import gevent.socket
 import pytest
 
@@ -124,3 +125,46 @@ def test_holds_more_counts_what_containers_hold_all_the_way_down() -> None:
     assert not holds_more([{"d": {"e": "x" * 10_000}}], 4)  # a string is one object, however long
 
 
+
+
+class _Client:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_connections_whose_client_has_gone_are_served_a_few_at_a_time_after_live_ones() -> None:
+    """Thousands of held connections cut at once are each still served (a hook whose body was cut runs),
+    but GONE_AT_ONCE at a time: a live client's connection gets its greenlet at once, not after them."""
+    serving: list[str] = []
+    most = 0
+    order: list[str] = []
+
+    def handle(client: _Client, peer: object, accepted: float, head: bytes) -> None:
+        nonlocal most
+        serving.append(client.name)
+        most = max(most, sum(1 for name in serving if name.startswith("gone")))
+        order.append(client.name)
+        gevent.sleep(0.01)
+        serving.remove(client.name)
+
+    with gevent.socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        server = greenworker._Listener(listener, handle, gevent.pool.Pool(None))
+        gone = [_Client(f"gone{i}") for i in range(5 * greenworker.GONE_AT_ONCE)]
+        for client in gone:
+            server._woken(client, None, 0.0, b"", True)
+        assert server.waiting == len(gone) - greenworker.GONE_AT_ONCE
+        live = _Client("live")
+        server._woken(live, None, 0.0, b"POST /hooks/ping HTTP/1.1\r\n")
+        deadline = time.monotonic() + 10
+        while not all(c.closed for c in [*gone, live]) and time.monotonic() < deadline:
+            gevent.sleep(0.01)
+    assert most == greenworker.GONE_AT_ONCE
+    assert sorted(order) == sorted(c.name for c in [*gone, live])
+    assert order.index("live") <= greenworker.GONE_AT_ONCE  # among the first turns, not the last
+    assert all(c.closed for c in [*gone, live]) and server.waiting == 0
