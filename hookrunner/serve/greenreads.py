@@ -15,6 +15,7 @@ import gevent.socket
 from gevent.hub import Waiter
 from gunicorn.http.unreader import SocketUnreader
 
+from hookrunner.serve.protocol import HEADER_NAME_BYTES
 from hookrunner.serve.worker import DeadlineSocket, read_expired, shutdown_reading
 
 #: How long one greenlet may keep the loop before it lets the others run: a client whose bytes are
@@ -106,7 +107,7 @@ DORMANT_BODY_BYTES = 65536
 
 #: A head whose header lines the parser takes as they are (a token, a colon, a value of visible bytes,
 #: spaces and tabs), after its request line.
-_PLAIN_HEADERS = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e\x80-\xff]*\r\n)*\r\n")
+_PLAIN_HEADERS = re.compile(rb"(?:" + HEADER_NAME_BYTES + rb"+:[\t\x20-\x7e\x80-\xff]*\r\n)*\r\n")
 
 #: The header lines that decide whether, and how much, body follows the head.
 _BODY_HEADERS = re.compile(

@@ -65,9 +65,12 @@ def go_plain_error(code: int, text: str, body: str | None = None) -> bytes:
     return (head + body).encode("latin-1")
 
 
+#: The bytes of a header name: httpguts.ValidHeaderFieldName's token, as a regex character class.
+HEADER_NAME_BYTES = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"
+
 # httpguts.ValidHeaderFieldName (a token) and ValidHeaderFieldValue (no control byte but HTAB; 0x80-0xFF
 # are fine). gunicorn refuses the same bytes, but as it meets them, line by line.
-_HEADER_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_NAME = re.compile(HEADER_NAME_BYTES + rb"+")
 _BAD_VALUE_BYTE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _CONTROL_BYTES = bytes([*range(0x09), *range(0x0A, 0x20), 0x7F])
 #: Values at least this long are first looked at with bytes.translate, ten times as fast as the regex on a
