@@ -31,6 +31,11 @@ from hookrunner.run.processes import ProcessTracker, end_previous_attempt
 from hookrunner.run.scheduler import Busy, Scheduler
 from hookrunner.run.spawn import Exit, Output, StartSignal, Waits, start_process
 
+#: How long a background run's answer waits for its process to start, at most (the gevent worker). Under
+#: load the start waits for a core (the child's exec) behind everything else on the machine; past this the
+#: push is answered anyway and its process starts as soon as it can, as webhook's always does.
+START_WAIT = 0.05
+
 #: How Go's syscall package words the signals a command most often dies of.
 _SIGNAL_TEXT = {
     signal.SIGHUP: "hangup",
@@ -179,6 +184,8 @@ class CommandRunner:
         self.waits = Waits()
         # Requests answered once their run has started (start(), on the gevent worker), by request id.
         self._start_waiters: dict[str, StartSignal] = {}
+        #: How long a background run's answer waits for its start (START_WAIT).
+        self.start_wait = START_WAIT
         self._lock = threading.Lock()
         self._processes: set[subprocess.Popen[bytes]] = set()
         self._scheduler: Scheduler[CommandResult] = Scheduler(max_concurrent)
@@ -215,9 +222,9 @@ class CommandRunner:
 
         With a journal the run is written down (durably) before it is admitted, so before the request is
         answered. With `started_first`, where runs are launched on the serving loop (the gevent worker), a
-        run admitted to start now has started its process (or failed to) when this returns, so a
-        background run's answer follows its start: the loop never answers faster than it starts commands,
-        and leaves no backlog of answered runs not yet started."""
+        run admitted to start now has started its process (or failed to) when this returns, or is starting
+        since START_WAIT, so a background run's answer follows its start: the loop does not answer faster
+        than it starts commands, and leaves no backlog of answered runs not yet started."""
         if not (started_first and self.waits.launches):
             return self._submit(hook, req)[0]
         started = self.waits.event()
@@ -225,7 +232,7 @@ class CommandRunner:
         try:
             future, how = self._submit(hook, req)
             if how == "started" and not self._scheduler.in_line(future):  # in the cap's line: answered now
-                started.wait()
+                started.wait(self.start_wait)
         finally:
             self._start_waiters.pop(req.id, None)
         return future

@@ -11,6 +11,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import gevent
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.model import Hook
 from hookrunner.hooks.request import Request
+from hookrunner.run import executor
 from hookrunner.run.executor import CommandResult, CommandRunner
 from hookrunner.run.processes import identify
 from hookrunner.serve.greenruns import GreenWaits
@@ -196,12 +198,39 @@ def test_no_thread_is_started_per_run_on_the_loop(tmp_path: Path) -> None:
 
 def test_on_the_loop_a_background_run_has_started_its_process_when_start_returns(tmp_path: Path) -> None:
     runner = runner_for("greenlets")
+    runner.start_wait = 30  # as long as a start takes on a loaded machine
     hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.3"),))
     for number in range(3):
         runner.start(hook, Request(id=f"r{number}", method="POST", remote_addr="127.0.0.1:1"))
         assert runner.running == number + 1  # started before the answer: no backlog of answered runs
     missing = Hook(id="m", execute_command="/nonexistent/cmd")
     runner.start(missing, Request(id="m1", method="POST", remote_addr="127.0.0.1:1"))  # returns: it never starts
+    runner.shutdown(grace=5)
+    assert runner.running == 0
+
+
+def test_on_the_loop_a_background_run_whose_start_is_slow_is_answered_after_start_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start that waits for a core longer than START_WAIT does not hold the push's answer: it is answered
+    then, and the process still starts."""
+    real = executor.start_process
+
+    def slow_start(*args: Any) -> Any:
+        time.sleep(0.5)  # on the pool's thread, as a start stuck behind the machine's load would be
+        return real(*args)
+
+    monkeypatch.setattr(executor, "start_process", slow_start)
+    runner = runner_for("greenlets")
+    assert runner.start_wait == executor.START_WAIT < 0.5
+    hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.3"),))
+    began = time.monotonic()
+    runner.start(hook, Request(id="r1", method="POST", remote_addr="127.0.0.1:1"))
+    assert time.monotonic() - began < 0.4 and runner.running == 0  # answered before the start
+    deadline = time.monotonic() + 10
+    while runner.running == 0 and time.monotonic() < deadline:
+        gevent.sleep(0.01)
+    assert runner.running == 1  # started all the same
     runner.shutdown(grace=5)
     assert runner.running == 0
 
