@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
+
+def as_value(error: E) -> E:
+    """A caught error kept as a value, the way Go returns one: without the traceback of its raising, nor that
+    of an error it was raised while handling. A traceback holds the frames it passed through, and each of
+    those, once returned, its caller's frame: a caller that keeps the error in a variable makes a cycle
+    with its own frame, and the request it served waits for the cyclic collector (docs/performance.md)."""
+    error.__traceback__ = None
+    error.__context__ = None
+    return error
 
 
 class GoPrinted(Protocol):

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hookrunner.errors import HookrunnerError, ParameterNodeError, RuleError, SignatureError
+from hookrunner.errors import HookrunnerError, ParameterNodeError, RuleError, SignatureError, as_value
 from hookrunner.golang.decode import fields, go_bool, go_string, type_error
 from hookrunner.golang.net import IPNet, net_contains, parse_cidr, parse_ip
 from hookrunner.golang.regexp import compile_go_regexp, regexp_subject
@@ -199,7 +199,7 @@ class MatchRule(Rule):
         try:
             return self._match(req), None
         except HookrunnerError as error:
-            return False, error
+            return False, as_value(error)
 
     def _match(self, req: Request) -> bool:
         if self.type == MATCH_IP_WHITELIST:

@@ -392,39 +392,61 @@ def _attribute(
     only one running run is older than it, unless it is in a group or session of a finished run's."""
     if not runs:
         return
-    by_id = {member: run for run in runs for member in run.members}
-    by_group = {run.leader.pid: run for run in runs}
-    # Each process's descriptors are listed once, however many runs there are (a stop with thousands).
-    by_output = {run.pipe: index for index, run in reversed(list(enumerate(runs))) if run.pipe}
-    owner: dict[int, RunProcesses | None] = {}
-
-    def owner_of(pid: int) -> RunProcesses | None:
-        if pid in owner:
-            return owner[pid]
-        stat = snapshot.get(pid)
-        owner[pid] = None  # a guard against a parent loop in a torn snapshot
-        if stat is None or stat.zombie or pid == me:
-            return None
-        run = by_id.get(stat.id) or by_group.get(stat.pgid) or by_group.get(stat.sid)
-        if run is None and stat.ppid != me:
-            run = owner_of(stat.ppid)
-        if run is None and retired is not None and stat.ppid == me and not {stat.pgid, stat.sid} & retired:
-            older = [r for r in runs if r.leader.start <= stat.start]
-            run = older[0] if len(older) == 1 else None
-        if run is None and by_pipe:
-            holding = [by_output[pipe] for pipe in pipes_held(pid) if pipe in by_output]
-            run = runs[min(holding)] if holding else None
-        owner[pid] = run
-        return run
-
+    owners = _Owners(snapshot, runs, me, retired, by_pipe)
     for pid in snapshot:
-        run = owner_of(pid)
+        run = owners.of(pid)
         if run is None:
             continue
         process = snapshot[pid].id
         if run.add(process):
             if run.on_found is not None and snapshot[pid].pgid != run.leader.pid:
                 run.on_found(process)
+
+
+@dataclass
+class _Owners:
+    """The run each process of one snapshot belongs to, found once per process (see _attribute).
+
+    A class, not a closure that calls itself: such a closure refers to itself through its cell, and that
+    cycle kept each poll's snapshot, runs and indexes (40 times a second while runs run) until the cyclic
+    collector came by; on the gevent worker, whose collector runs seldom, 16 MiB of them were still there
+    after a load (docs/performance.md, memory at rest)."""
+
+    snapshot: dict[int, _Stat]
+    runs: Sequence[RunProcesses]
+    me: int
+    retired: frozenset[int] | None
+    by_pipe: bool
+
+    def __post_init__(self) -> None:
+        runs = self.runs
+        self._by_id = {member: run for run in runs for member in run.members}
+        self._by_group = {run.leader.pid: run for run in runs}
+        # Each process's descriptors are listed once, however many runs there are (a stop with thousands).
+        self._by_output = {run.pipe: index for index, run in reversed(list(enumerate(runs))) if run.pipe}
+        self._owner: dict[int, RunProcesses | None] = {}
+
+    def of(self, pid: int) -> RunProcesses | None:
+        owner = self._owner
+        if pid in owner:
+            return owner[pid]
+        stat = self.snapshot.get(pid)
+        owner[pid] = None  # a guard against a parent loop in a torn snapshot
+        me = self.me
+        if stat is None or stat.zombie or pid == me:
+            return None
+        run = self._by_id.get(stat.id) or self._by_group.get(stat.pgid) or self._by_group.get(stat.sid)
+        if run is None and stat.ppid != me:
+            run = self.of(stat.ppid)
+        retired = self.retired
+        if run is None and retired is not None and stat.ppid == me and not {stat.pgid, stat.sid} & retired:
+            older = [r for r in self.runs if r.leader.start <= stat.start]
+            run = older[0] if len(older) == 1 else None
+        if run is None and self.by_pipe:
+            holding = [self._by_output[pipe] for pipe in pipes_held(pid) if pipe in self._by_output]
+            run = self.runs[min(holding)] if holding else None
+        owner[pid] = run
+        return run
 
 
 def _signal_all(runs: Iterable[RunProcesses], sig: signal.Signals, only_new: bool = False) -> None:

@@ -22,6 +22,7 @@ from hookrunner.errors import (
     PayloadParseError,
     SignatureError,
     SourceError,
+    as_value,
 )
 from hookrunner.golang.json import decode_json_map
 from hookrunner.golang.status import is_known_status, status_line
@@ -490,7 +491,7 @@ class HookApp:
             try:
                 value = decode_json_map(text)
             except HookrunnerError as exc:
-                errors.append(exc)
+                errors.append(as_value(exc))
                 continue
             key = arg.name
             if arg.source == "header":

@@ -50,7 +50,7 @@ from hookrunner.serve.greenreads import (
 from hookrunner.serve.greenruns import GreenWaits
 from hookrunner.serve.protocol import GoChunkedReader
 from hookrunner.serve.routes import body_first
-from hookrunner.serve.worker import WebhookWorker, ctx, handshake_expired, shutdown_reading
+from hookrunner.serve.worker import WebhookWorker, ctx, handshake_expired, share_one_arena, shutdown_reading
 
 T = TypeVar("T")
 
@@ -158,6 +158,21 @@ def _without_gc(work: Callable[[], T]) -> tuple[T | None, Exception | None]:
     except Exception as exc:  # noqa: BLE001 - handed back to the request's greenlet, raised there
         _resume_gc()
         return None, exc
+
+
+def parse_on(parsers: gevent.threadpool.ThreadPool, work: Callable[[], T]) -> T:
+    """`work` (a big body's parse) on a thread of `parsers`, under _pause_gc, waited for by the calling
+    greenlet. The parse's own error (a body that is not JSON) comes back from the thread as a value, since
+    gevent's pool would print a traceback for an exception raised there, and is raised here."""
+    value, error = parsers.apply(_without_gc, (work,))
+    if error is not None:
+        try:
+            raise error
+        finally:
+            # The raised error's traceback holds this frame: with the error still in it, that cycle kept
+            # the body and what was parsed of it until a full collection (docs/performance.md).
+            del error
+    return value  # type: ignore[return-value]  # None only with an error, raised above
 
 
 #: How many values _dismantle takes out of a container at a time.
@@ -344,6 +359,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
         ctx.runner.wait_for = wait_for_run
         ctx.runner.use(GreenWaits())  # runs as greenlets on the loop (serve/greenruns.py)
         util.write = write
+        share_one_arena()  # before any thread of this worker starts
         sys.setswitchinterval(SWITCH_INTERVAL)
         GoChunkedReader.pause = staticmethod(share_loop)
         # Thousands of connections are thousands of greenlets, readers and parsers: with the collector's
@@ -358,15 +374,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
         # Big bodies are parsed on native threads: the loop keeps the GIL every SWITCH_INTERVAL meanwhile.
         parsers = gevent.threadpool.ThreadPool(PARSE_THREADS)
 
-        def run(work: Callable[[], Any]) -> Any:
-            # The parse's own error (a body that is not JSON) comes back as a value: gevent's pool would
-            # print a traceback for an exception raised on its thread.
-            value, error = parsers.apply(_without_gc, (work,))
-            if error is not None:
-                raise error
-            return value
-
-        Parsing.run = staticmethod(run)  # type: ignore[method-assign]
+        Parsing.run = staticmethod(partial(parse_on, parsers))  # type: ignore[method-assign]
 
         def dismantle(parsed: list[Any]) -> None:
             try:

@@ -52,10 +52,23 @@ if TYPE_CHECKING:
 #: How long net/http waits between shutting the write side of a refused connection and closing it.
 RST_AVOIDANCE_DELAY = 0.5
 
-#: glibc's mallopt parameter for the size from which an allocation gets pages of its own (malloc.h).
+#: glibc's mallopt parameters (malloc.h): the size from which an allocation gets pages of its own, and the
+#: most arenas malloc makes.
 M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
 #: Allocations of this many bytes or more are mapped on their own, and given back to the system when freed.
 MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+def _mallopt(param: int, value: int) -> bool:
+    """glibc's mallopt(param, value); False where there is none (not glibc) or it refused."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(param, value))
 
 
 def map_big_allocations() -> bool:
@@ -64,15 +77,17 @@ def map_big_allocations() -> bool:
     the next ones of its size (the body, its decoded text, their copies, on parser and request threads)
     were taken from a thread's arena and kept there when freed: some 60 MB stayed after two 25 MiB bodies
     (docs/limits.md, robustness). Returns False where there is no mallopt (not glibc)."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    return _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
+def share_one_arena() -> bool:
+    """Have every thread of this process allocate from glibc's main arena. By default each thread that
+    allocates gets an arena of its own (up to eight per core), kept when the thread ends and handed to the
+    next: on the gevent worker the pool threads that start commands come and go with each burst, and their
+    arenas added 0.5 MiB of RSS per load that stayed (docs/performance.md, memory at rest). Its threads
+    hand the GIL to each other, so they seldom allocate at the same moment. Returns False where there is
+    no mallopt (not glibc)."""
+    return _mallopt(M_ARENA_MAX, 1)
 
 
 class _Reloader:

@@ -6,6 +6,7 @@ small hooks file and curl, and the answers and log lines below are what it gave.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import hmac
 import io
@@ -391,6 +392,28 @@ def test_missing_source_is_a_hard_error() -> None:
     assert ok is False
     assert isinstance(err, HookrunnerError) and not isinstance(err, ParameterNodeError)
     assert str(err) == "no source for value retrieval"
+
+
+def test_a_failed_rule_leaves_no_cycle_for_the_collector() -> None:
+    """The request handler keeps a failed rule's error (Go's pair): as a raised exception's traceback it held
+    the rule's frames and, through them, the handler's own, which held the error: a cycle per request
+    with its request in it (18,000 objects left by 4,000 requests on the gevent worker)."""
+    missing = rule({"and": [url_match("value", value="x"), url_match("value", name="b", value="y")]})
+    bad_signature = rule(url_match("payload-hmac-sha256", secret="s"))
+
+    def handle(checked: Rule, req: Request) -> str:
+        ok, error = checked.check(req)
+        return f"{ok} {error}"
+
+    gc.collect()
+    gc.disable()
+    try:
+        assert handle(missing, make_request(query={"a": "x"})) == "False parameter node not found: b"
+        assert handle(bad_signature, make_request(query={"a": "00"}, body=b"{}")).startswith("False invalid")
+        unreachable = gc.collect()
+    finally:
+        gc.enable()
+    assert unreachable == 0
 
 
 def test_payload_parameter() -> None:

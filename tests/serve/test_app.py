@@ -1,5 +1,6 @@
 """The Flask app answer by answer, through Flask's test client (the real-process tests are integration/)."""
 
+import gc
 import hashlib
 import hmac
 import json
@@ -11,8 +12,9 @@ from flask.testing import FlaskClient
 
 from hookrunner.config import Config, Header
 from hookrunner.hooks.load import HookRegistry
+from hookrunner.hooks.request import Request
 from hookrunner.run.executor import CommandRunner
-from hookrunner.serve.app import create_app
+from hookrunner.serve.app import HookApp, create_app
 
 HOOKS = [
     {"id": "async", "execute-command": "/bin/true", "response-message": "queued"},
@@ -182,3 +184,33 @@ def test_remote_addr(
         assert (response.status_code, response.data) == (200, seen)
     finally:
         runner.shutdown(5)
+
+
+def test_json_parameters_that_do_not_parse_leave_no_cycle(tmp_path: Path) -> None:
+    """The errors of parse-parameters-as-json come back as values: as raised exceptions, their tracebacks
+    held the frame that kept them in its list, a cycle per request for the cyclic collector."""
+    path = tmp_path / "hooks.json"
+    hook = {"id": "j", "execute-command": "/bin/true", "parse-parameters-as-json": [
+        {"source": "header", "name": "X-Data"}, {"source": "query", "name": "q"}]}
+    path.write_text(json.dumps([hook]))
+    config = Config(hooks=(str(path),))
+    registry = HookRegistry(config.hooks_files)
+    registry.load_initial()
+    app = HookApp(config, registry, CommandRunner())
+    parsed = registry.match("j")
+    assert parsed is not None
+    req = Request(id="r", method="POST", remote_addr="127.0.0.1:1", content_type="", body=b"",
+                  headers={"X-Data": "{not json"}, query={"q": "[1"}, payload=None)
+
+    def handle() -> list[str]:
+        errors = app.parse_json_parameters(parsed, req)
+        return [type(error).__name__ for error in errors]
+
+    gc.collect()
+    gc.disable()
+    try:
+        assert handle() == ["GoJSONError", "GoJSONError"]
+        unreachable = gc.collect()
+    finally:
+        gc.enable()
+    assert unreachable == 0

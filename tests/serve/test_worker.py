@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-# Run in a process of its own: mallopt changes how the whole process allocates.
+# Each runs in a process of its own: mallopt changes how the whole process allocates.
 _BIG_BLOCKS_KEPT = """
 import sys
 from hookrunner.serve.worker import map_big_allocations
@@ -39,3 +39,49 @@ def test_big_blocks_are_given_back_once_freed_with_the_threshold_fixed() -> None
 
     assert kept_mib("default") >= 20
     assert kept_mib("mapped") < 4
+
+
+_THREAD_ARENAS = """
+import sys, threading
+from hookrunner.serve.worker import share_one_arena
+
+def arenas():
+    # A thread's arena is a 64 MiB reservation (on 64-bit glibc): its usable start, then the rest unusable.
+    spans = [line.split()[:2] for line in open("/proc/self/maps")]
+    found = 0
+    for (span, perms), (following, rest) in zip(spans, spans[1:]):
+        start, end = (int(x, 16) for x in span.split("-"))
+        after_start, after_end = (int(x, 16) for x in following.split("-"))
+        found += perms == "rw-p" and rest == "---p" and after_start == end and after_end - start == 64 << 20
+    return found
+
+if sys.argv[1] == "shared":
+    assert share_one_arena()
+before = arenas()
+ready = threading.Barrier(4)
+
+def allocate():
+    held = [bytearray(100_000) for _ in range(8)]  # from malloc, not Python's small-object allocator
+    ready.wait()
+
+threads = [threading.Thread(target=allocate) for _ in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(arenas() - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc, its arenas in /proc")
+def test_threads_share_one_arena() -> None:
+    """By default each thread that allocates (four at once here) gets an arena of its own, kept once it ends;
+    shared, none is made."""
+
+    def new_arenas(mode: str) -> int:
+        run = subprocess.run([sys.executable, "-c", _THREAD_ARENAS, mode], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        return int(run.stdout)
+
+    assert new_arenas("default") >= 1
+    assert new_arenas("shared") == 0
