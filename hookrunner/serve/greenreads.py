@@ -148,11 +148,15 @@ class DormantConnection:
             _deadlines.add(self.accepted + read_timeout, self)
 
     def _end(self) -> bool:
+        """No longer dormant (True the first time): its bytes go to the greenlet or nowhere. What it held is
+        let go at once: _Deadlines keeps the object until its deadline, -read-timeout (30 s) after it came,
+        and thousands of requests a second each held their head and up to DORMANT_BODY_BYTES that long."""
         if self not in self._dormant:
             return False
         self._dormant.discard(self)
         self._watcher.stop()
         self._watcher.close()
+        self._head = bytearray()
         return True
 
     def _readable(self) -> None:
@@ -232,9 +236,10 @@ class DormantConnection:
     def close(self) -> None:
         """Stopping: a connection that has sent nothing gets nothing; one part-way through its head is a
         request being read, and gets its greenlet to go on."""
+        head = self._head
         if self._end():
-            if self._head:
-                self._start(self.accepted, bytes(self._head), False)
+            if head:
+                self._start(self.accepted, bytes(head), False)
             else:
                 self._sock.close()
 
@@ -484,6 +489,15 @@ class RequestReader:
                 self._sock.settimeout(None)
             except OSError:
                 pass
+
+    def release(self) -> None:
+        """The connection is over: let go of its buffer and its watcher now. _Deadlines keeps the reader
+        until its last deadline, up to -read-timeout (30 s) later, and a body's buffer with it."""
+        self._inbox = bytearray()
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher.close()
+            self._watcher = None
 
     def close_if_waiting(self) -> None:
         """Stopping: a connection waiting for a request gets none (its read sees the end at once)."""

@@ -436,6 +436,23 @@ def background_run_survives(target: Target, marker: Path, attack: Callable[[], o
     return marker.exists() and answer.startswith(b"HTTP/1.1 200 ")
 
 
+def queue_memory(target: Target, count: int) -> tuple[int, float]:
+    """`count` pushes of 100 KB queued behind one running command (a server started with
+    -max-concurrent-commands 1); returns how many were answered 200 and how many MB the server grew."""
+    field = b"x" * (100 * 1024)
+    body = b'{"s":"0.01","pad":"' + field + b'"}'
+    request(target.port, push("/hooks/queued", b'{"s":"60"}'))  # holds the one slot
+    time.sleep(0.5)
+    before = target.rss_mb()
+    data = push("/hooks/queued", body)
+    answered = 0
+    for _ in range(count):
+        if request(target.port, data, 30).startswith(b"HTTP/1.1 200"):
+            answered += 1
+    time.sleep(1)
+    return answered, target.rss_mb() - before
+
+
 def free_fds() -> int:
     return raise_fd_limit() - len(os.listdir("/proc/self/fd"))
 

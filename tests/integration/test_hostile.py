@@ -28,6 +28,7 @@ from hostile_load import (
     pipelined,
     probing,
     push,
+    queue_memory,
     raise_fd_limit,
     receive,
     request,
@@ -80,6 +81,22 @@ def test_more_connections_than_the_old_cap_do_not_stop_a_normal_client(server: T
             flood.close()
     assert not probe.failures, probe.failures
     assert probe.answered >= 20 and probe.p99_ms() < 1000, probe.summary()
+
+
+def test_queued_pushes_hold_what_their_command_needs_not_their_bodies(tmp_path: Path) -> None:
+    """Issue 21, item 6: 1,000 queued 100 KB pushes whose command takes one field add little (3,000 may
+    add 30 MB). Each connection's reader and held head lived on for -read-timeout (30 s) in the deadlines'
+    heap, and its buffer with it: 1,000 such pushes added 100 MB."""
+    target = start(
+        "hookrunner", [HOOKRUNNER_BIN, *HOOKRUNNER_TEST_FLAGS, "-max-concurrent-commands", "1"], tmp_path,
+        hooks(tmp_path),
+    )
+    try:
+        answered, grown = queue_memory(target, 1000)
+    finally:
+        stop(target)
+    assert answered == 1000
+    assert grown <= 15, f"1,000 queued pushes added {grown:.0f} MB"
 
 
 @fails_on_gthread("the threaded worker reads every request on a thread of its own, from its first byte")
