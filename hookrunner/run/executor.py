@@ -222,9 +222,10 @@ class CommandRunner:
 
         With a journal the run is written down (durably) before it is admitted, so before the request is
         answered. With `started_first`, where runs are launched on the serving loop (the gevent worker), a
-        run admitted to start now has started its process (or failed to) when this returns, or is starting
-        since START_WAIT, so a background run's answer follows its start: the loop does not answer faster
-        than it starts commands, and leaves no backlog of answered runs not yet started."""
+        run admitted to start now has started its process (or failed to) when this returns, or has waited
+        `start_wait` for a core to start it on, so a background run's answer follows its start: the loop
+        does not answer faster than it starts commands, and leaves no backlog of answered runs not yet
+        started."""
         if not (started_first and self.waits.launches):
             return self._submit(hook, req)[0]
         started = self.waits.event()
