@@ -7,6 +7,7 @@ from __future__ import annotations
 import heapq
 import re
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -63,16 +64,18 @@ def share_loop() -> None:
 class _Deadlines:
     """One timer for the deadlines of every waiting read, where a gevent timeout per read would start and
     stop a timer of the loop at every wake-up (thousands a second under a flood of slow clients). Entries
-    are (deadline, order, reader); a reader whose deadline moved on is simply put back."""
+    are (deadline, order, a weak reference to the reader); a reader whose deadline moved on is simply put
+    back. The reference is weak since an entry stays until its deadline, -read-timeout (30 s) after the
+    connection came, and a connection long over, with what it read, must not live as long."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, RequestReader | DormantConnection]] = []
+        self._heap: list[tuple[float, int, weakref.ref[RequestReader | DormantConnection]]] = []
         self._count = 0
         self._timer: Any = None
 
     def add(self, deadline: float, reader: RequestReader | DormantConnection) -> None:
         self._count += 1
-        heapq.heappush(self._heap, (deadline, self._count, reader))
+        heapq.heappush(self._heap, (deadline, self._count, weakref.ref(reader)))
         if self._timer is None:
             self._timer = gevent.get_hub().loop.timer(SWEEP, SWEEP, ref=False)
             self._timer.start(self._sweep)
@@ -81,7 +84,9 @@ class _Deadlines:
         now = time.monotonic()
         heap = self._heap
         while heap and heap[0][0] <= now:
-            heapq.heappop(heap)[2].swept(now)
+            reader = heapq.heappop(heap)[2]()
+            if reader is not None:
+                reader.swept(now)
 
 
 _deadlines = _Deadlines()
@@ -148,15 +153,12 @@ class DormantConnection:
             _deadlines.add(self.accepted + read_timeout, self)
 
     def _end(self) -> bool:
-        """No longer dormant (True the first time): its bytes go to the greenlet or nowhere. What it held is
-        let go at once: _Deadlines keeps the object until its deadline, -read-timeout (30 s) after it came,
-        and thousands of requests a second each held their head and up to DORMANT_BODY_BYTES that long."""
+        """No longer dormant (True the first time): its bytes go to the greenlet or nowhere."""
         if self not in self._dormant:
             return False
         self._dormant.discard(self)
         self._watcher.stop()
         self._watcher.close()
-        self._head = bytearray()
         return True
 
     def _readable(self) -> None:
@@ -236,10 +238,9 @@ class DormantConnection:
     def close(self) -> None:
         """Stopping: a connection that has sent nothing gets nothing; one part-way through its head is a
         request being read, and gets its greenlet to go on."""
-        head = self._head
         if self._end():
-            if head:
-                self._start(self.accepted, bytes(head), False)
+            if self._head:
+                self._start(self.accepted, bytes(self._head), False)
             else:
                 self._sock.close()
 
@@ -489,15 +490,6 @@ class RequestReader:
                 self._sock.settimeout(None)
             except OSError:
                 pass
-
-    def release(self) -> None:
-        """The connection is over: let go of its buffer and its watcher now. _Deadlines keeps the reader
-        until its last deadline, up to -read-timeout (30 s) later, and a body's buffer with it."""
-        self._inbox = bytearray()
-        if self._watcher is not None:
-            self._watcher.stop()
-            self._watcher.close()
-            self._watcher = None
 
     def close_if_waiting(self) -> None:
         """Stopping: a connection waiting for a request gets none (its read sees the end at once)."""

@@ -488,7 +488,6 @@ class GreenWorker(WebhookWorker, GeventWorker):
         finally:
             if reader is not None:
                 self._readers.discard(reader)
-                reader.release()
             util.close(client)
 
     def _handshake(self, client: Any, addr: Any) -> Any:
