@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 
@@ -30,12 +31,23 @@ class Request:
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
+#: Names up to this long are remembered once canonicalised (each request sends the same few); longer ones,
+#: which only an odd client sends, are worked out each time, so that the cache stays small.
+_REMEMBERED_NAME_CHARS = 64
+
+
 def canonical_header_key(name: str) -> str:
     """Go's textproto.CanonicalMIMEHeaderKey: `x-hub-signature` -> `X-Hub-Signature`.
 
     A name holding any character outside the RFC 7230 token set (a space, a colon, non-ASCII) is
     returned unchanged, as Go does.
     """
+    if len(name) <= _REMEMBERED_NAME_CHARS:
+        return _remembered_canonical(name)
+    return _canonical(name)
+
+
+def _canonical(name: str) -> str:
     if not all(c in _TOKEN_CHARS for c in name):
         return name
     out = []
@@ -44,3 +56,6 @@ def canonical_header_key(name: str) -> str:
         out.append(c.upper() if upper else c.lower())
         upper = c == "-"
     return "".join(out)
+
+
+_remembered_canonical = lru_cache(maxsize=512)(_canonical)

@@ -26,3 +26,24 @@ CANONICAL_CASES: list[tuple[str, str]] = [
 @pytest.mark.parametrize(("name", "canonical"), CANONICAL_CASES)
 def test_canonical_header_key(name: str, canonical: str) -> None:
     assert canonical_header_key(name) == canonical
+
+
+def test_a_long_name_is_canonicalised_without_being_remembered() -> None:
+    from hookrunner.hooks import request
+
+    long_name = "x-" + "a" * 200
+    before = request._remembered_canonical.cache_info().currsize
+    assert canonical_header_key(long_name) == "X-A" + "a" * 199
+    assert canonical_header_key(long_name.upper()) == "X-A" + "a" * 199
+    assert request._remembered_canonical.cache_info().currsize == before
+
+
+def test_the_names_remembered_stay_few_whatever_a_client_sends() -> None:
+    from hookrunner.hooks import request
+
+    for n in range(5000):
+        assert canonical_header_key(f"x-name-{n}") == f"X-Name-{n}"
+    info = request._remembered_canonical.cache_info()
+    assert info.maxsize == 512
+    assert info.currsize <= 512
+    assert canonical_header_key("x-name-4999") == "X-Name-4999"  # remembered or not, the same answer
