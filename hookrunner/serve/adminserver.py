@@ -110,8 +110,19 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
     def log(self, type: str, message: str, *args: Any) -> None:
-        if type == "error":
+        # A client cut off by the read timeout (an idle kept-alive browser, say) is not an error worth a line.
+        if type == "error" and not message.startswith("Request timed out"):
             log.output("admin listener: " + (message % args if args else message).strip())
+
+
+def _handler(read_timeout: float) -> type[_QuietHandler]:
+    """The handler class with -read-timeout as its sockets' timeout (0: none): a client that sends nothing
+    for that long, between requests or within one, is disconnected and its thread ends."""
+
+    class Handler(_QuietHandler):
+        timeout = read_timeout or None
+
+    return Handler
 
 
 @dataclass
@@ -215,7 +226,7 @@ def _serve_admin(
         admin.port,
         app,
         threaded=True,
-        request_handler=_QuietHandler,
+        request_handler=_handler(config.read_timeout),
         fd=admin.sock.fileno(),
     )
     admin.sock.close()  # werkzeug serves a duplicate of it

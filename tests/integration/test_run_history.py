@@ -12,6 +12,7 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -333,3 +334,38 @@ def test_a_killed_master_leaves_no_admin_listener_and_no_feed_folder(
         return False
 
     assert wait_until(lambda: admin_gone() and not feeds[0].exists(), timeout=10), list(private_tmp.iterdir())
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> float | None:
+    """Seconds until the server closed `sock` (reading end of file), or None if it was still open after
+    `seconds`."""
+    sock.settimeout(seconds)
+    started = time.monotonic()
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
+
+
+def test_an_idle_or_stalled_admin_client_is_cut_off_after_read_timeout(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    server, admin = start(tmp_path, servers, [python_hook("ok", "pass")], "-read-timeout", "1s", "-verbose")
+    idle = socket.create_connection(("127.0.0.1", admin.port), timeout=10)
+    stalled = socket.create_connection(("127.0.0.1", admin.port), timeout=10)
+    stalled.sendall(b"GET /api/v1/hooks HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # the head never ends
+    try:
+        # Meanwhile everyone else is served.
+        assert admin.get("/api/v1/hooks")[0] == 200
+        for sock in (idle, stalled):
+            took = _closed_within(sock, 10.0)
+            assert took is not None, "the admin listener kept a silent client past -read-timeout"
+        assert admin.get("/api/v1/hooks")[0] == 200
+    finally:
+        idle.close()
+        stalled.close()
+    assert "timed out" not in server.log, server.log
