@@ -207,7 +207,10 @@ def _parse_scalr_date(value: bytes) -> float:
                     value = value[n:]
                     error = None
                 if error is not None and not range_error:
-                    raise error
+                    try:
+                        raise error
+                    finally:
+                        error = None  # raised from a variable of this frame: no cycle through its traceback
             elif elem == "MST":
                 if value[:3] == b"UTC":
                     value = value[3:]

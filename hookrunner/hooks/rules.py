@@ -96,7 +96,10 @@ class Rule(ABC):
         """The result; raises the error if there is one (losing a true result that came with it)."""
         ok, error = self.check(req)
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                error = None  # raised from a variable of this frame: no cycle through its traceback
         return ok
 
     @abstractmethod

@@ -45,3 +45,22 @@ def test_go_durations(text: str, seconds: float) -> None:
 def test_bad_go_durations(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_go_duration(text)
+
+
+def test_a_bad_second_is_raised_without_a_reference_cycle() -> None:
+    """The seconds' error is kept in a variable and raised later: it must not stay alive in a cycle with
+    the frame that raised it (the gevent worker collects cycles seldom)."""
+    import gc
+    import weakref
+
+    from hookrunner.golang.time import _parse_scalr_date, _TimeParseError
+
+    gc.disable()
+    try:
+        with pytest.raises(_TimeParseError) as caught:
+            _parse_scalr_date(b"Fri 08 Sep 2017 11:24:x UTC")
+        gone = weakref.ref(caught.value)
+        del caught
+        assert gone() is None
+    finally:
+        gc.enable()

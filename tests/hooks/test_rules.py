@@ -306,6 +306,20 @@ def test_evaluate_raises_the_error() -> None:
     assert rule({"or": [MISSING, TRUE]}).evaluate(make_request()) is True
 
 
+def test_evaluate_raises_without_a_reference_cycle() -> None:
+    import weakref
+
+    gc.disable()
+    try:
+        with pytest.raises(ParameterNodeError) as caught:
+            rule({"and": [MISSING]}).evaluate(make_request())
+        gone = weakref.ref(caught.value)
+        del caught
+        assert gone() is None, "the error stayed alive in a cycle with the frame that raised it"
+    finally:
+        gc.enable()
+
+
 # --- match: value and regex ------------------------------------------------------------------------------
 
 
