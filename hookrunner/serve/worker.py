@@ -52,12 +52,16 @@ if TYPE_CHECKING:
 #: How long net/http waits between shutting the write side of a refused connection and closing it.
 RST_AVOIDANCE_DELAY = 0.5
 
-#: glibc's mallopt parameters (malloc.h): the size from which an allocation gets pages of its own, and the
-#: most arenas malloc makes.
+#: glibc's mallopt parameters (malloc.h): how much free space at the top of the heap is kept, the size from
+#: which an allocation gets pages of its own, and the most arenas malloc makes.
+M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 #: Allocations of this many bytes or more are mapped on their own, and given back to the system when freed.
-MMAP_THRESHOLD_BYTES = 1 << 20
+MMAP_THRESHOLD_BYTES = 2 << 20
+#: Free space at the top of the heap is given back once there is more than this (twice the mmap threshold,
+#: as glibc's own adjustment would set it).
+TRIM_THRESHOLD_BYTES = 2 * MMAP_THRESHOLD_BYTES
 
 
 def _mallopt(param: int, value: int) -> bool:
@@ -76,8 +80,15 @@ def map_big_allocations() -> bool:
     raises that threshold each time such a block is freed (up to 32 MiB), so once a big body was read
     the next ones of its size (the body, its decoded text, their copies, on parser and request threads)
     were taken from a thread's arena and kept there when freed: some 60 MB stayed after two 25 MiB bodies
-    (docs/limits.md, robustness). Returns False where there is no mallopt (not glibc)."""
-    return _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    (docs/limits.md, robustness).
+
+    Fixing the threshold also stops glibc from raising the heap's trim threshold with it, so that one is
+    set too: left at 128 KiB, a block of a MiB or so freed at the top of the heap is given back at once
+    and faulted in again for the next request; at a threshold of 1 MiB each 1 MiB body was mapped and
+    unmapped, and 1 MiB pushes ran at half their rate in some workers (docs/performance.md). Returns
+    False where there is no mallopt (not glibc)."""
+    mapped = _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    return mapped and _mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
 
 
 def share_one_arena() -> bool:
