@@ -88,11 +88,10 @@ def test_threads_share_one_arena() -> None:
 
 
 _REREAD = """
-import resource, sys
+import resource
 from hookrunner.serve.worker import map_big_allocations
 
-if sys.argv[1] == "mapped":
-    assert map_big_allocations()
+assert map_big_allocations()
 block = bytes(1 << 20)
 del block
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -108,6 +107,6 @@ def test_a_body_of_a_mib_reuses_the_heap_request_after_request() -> None:
     """Each 1 MiB block freed and allocated again must come back from the heap, not be given back to the
     system and faulted in afresh (256 page faults a time): mapped at a fixed 1 MiB threshold, or trimmed
     from the top of the heap at glibc's 128 KiB trim threshold, 200 of them cost over 40,000 faults."""
-    run = subprocess.run([sys.executable, "-c", _REREAD, "mapped"], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-c", _REREAD], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert int(run.stdout) < 2000, f"{run.stdout.strip()} page faults for 200 blocks of 1 MiB"
