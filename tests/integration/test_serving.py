@@ -512,7 +512,12 @@ def test_exit_codes_match_the_reference(tmp_path: Path, argv: list[str]) -> None
     ours = run_once(tmp_path, *argv, "-port", "0")
     assert ours.returncode == theirs.returncode
     if "-version" not in argv:
-        assert LOG_LINE.sub("", ours.stdout) == LOG_LINE.sub("", theirs.stdout)
+        # webhook's signal-watching goroutine logs "os signal watcher ready" while main logs the no-hooks
+        # message and exits: now and then the goroutine's line is written before the exit (seen once in CI),
+        # usually not. That one line is left out of the comparison, on both sides.
+        racy = "os signal watcher ready\n"
+        ours_text = LOG_LINE.sub("", ours.stdout).replace(racy, "")
+        assert ours_text == LOG_LINE.sub("", theirs.stdout).replace(racy, "")
 
 
 @pytest.mark.reference
