@@ -67,17 +67,31 @@ class CommandResult:
         return self.error is None
 
 
+# The last environment inherited_environment() built, beside the bytes of os.environ it was built from.
+_inherited: tuple[dict[bytes, bytes], dict[str, str]] | None = None
+
+
 def inherited_environment() -> dict[str, str]:
-    """The environment a command inherits: the server's own, as webhook passes it on.
+    """The environment a command inherits: the server's own, as webhook passes it on (a new dict).
 
     Under a C locale Python sets LC_CTYPE=C.UTF-8 in its own environment at start-up (PEP 538 locale
     coercion); webhook's commands never see that variable, so it is left out when it can only have
     come from there (no LC_ALL, and LANG unset or C).
+
+    Decoding the environment is most of the cost, and it grows with it (a pod gets variables for every
+    service of its namespace): the last result is reused while os.environ's bytes are unchanged.
     """
+    global _inherited
+    raw: dict[bytes, bytes] | None = getattr(os.environ, "_data", None)
+    last = _inherited
+    if raw is not None and last is not None and last[0] == raw:
+        return dict(last[1])
     env = dict(os.environ)
     coerced = env.get("LC_CTYPE") in ("C.UTF-8", "C.utf8", "UTF-8")
     if coerced and not env.get("LC_ALL") and env.get("LANG", "C") in ("", "C", "POSIX"):
         del env["LC_CTYPE"]
+    if raw is not None:
+        _inherited = (dict(raw), dict(env))
     return env
 
 
@@ -428,20 +442,22 @@ class CommandRunner:
             key, _, value = entry.partition("=")
             env[key] = value
         cwd = spec.cwd
-        quoted = " ".join(go_quote(a) for a in argv)
-        log.request(
-            rid,
-            f"executing {spec.command} ({path}) with arguments [{quoted}] "
-            f"and environment [{' '.join(envs)}] using {cwd} as cwd\n",
-            hook=hook.id,
-            event="command_started",
-        )
+        if log.enabled:  # the quoting is not free, and serves only the log
+            quoted = " ".join(go_quote(a) for a in argv)
+            log.request(
+                rid,
+                f"executing {spec.command} ({path}) with arguments [{quoted}] "
+                f"and environment [{' '.join(envs)}] using {cwd} as cwd\n",
+                hook=hook.id,
+                event="command_started",
+            )
         timeout = hook.command_timeout or self.command_timeout
         started = time.monotonic()
         output, error = self._spawn(path, argv, env, cwd or None, timeout, rid, run_id)
         metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
-        text = output.decode("utf-8", "replace")
-        log.request(rid, f"command output: {text}\n", hook=hook.id, event="command_output")
+        if log.enabled:
+            text = output.decode("utf-8", "replace")
+            log.request(rid, f"command output: {text}\n", hook=hook.id, event="command_output")
         if error is not None:
             log.request(rid, f"error occurred: {error}\n", hook=hook.id, event="command_failed")
         for name in files:

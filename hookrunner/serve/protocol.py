@@ -157,6 +157,12 @@ class HeadTooLarge(http_errors.LimitRequestHeaders):
     """The head passed MAX_HEAD_BYTES: 431, then the connection is closed as net/http closes it."""
 
 
+#: Whether a peer address is in gunicorn's forwarded_allow_ips (gunicorn's answer), by address and list;
+#: emptied when full. hookrunner sets that list empty (serve/arbiter.py): no peer is trusted.
+_TRUSTED_PEERS: dict[tuple[str, tuple[str, ...]], bool] = {}
+_TRUSTED_PEERS_KEPT = 4096
+
+
 class GoRequest(gunicorn.http.message.Request):
     """gunicorn's request, its head read under net/http's bound as the bytes arrive, each byte scanned
     once, and its header block read as net/http reads it (go_header_block)."""
@@ -225,6 +231,21 @@ class GoRequest(gunicorn.http.message.Request):
         self.go_expects_continue = bool(getattr(self, "_expected_100_continue", False))
         self._expected_100_continue = False
         return headers
+
+    def _peer_is_trusted_proxy(self) -> bool:
+        # gunicorn parses the peer's address and walks forwarded_allow_ips on every request; the answer
+        # depends only on the address.
+        peer = self.peer_addr
+        if not isinstance(peer, tuple):
+            return True
+        key = (peer[0], tuple(self.cfg.forwarded_allow_ips))
+        trusted = _TRUSTED_PEERS.get(key)
+        if trusted is None:
+            trusted = bool(super()._peer_is_trusted_proxy())
+            if len(_TRUSTED_PEERS) >= _TRUSTED_PEERS_KEPT:
+                _TRUSTED_PEERS.clear()
+            _TRUSTED_PEERS[key] = trusted
+        return trusted
 
     def _apply_header_policy(self, name: str, value: str, scheme_state: Any, seen: set[str], *args: Any,
                              **kwargs: Any) -> Any:

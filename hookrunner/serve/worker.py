@@ -75,6 +75,27 @@ def _mallopt(param: int, value: int) -> bool:
     return bool(mallopt(param, value))
 
 
+class SettledConfig:
+    """gunicorn's configuration as a worker reads it on every request, each setting's value read once.
+
+    gunicorn's Config finds a setting through __getattr__ and its Setting object on every access, some
+    of them once per header line: about 3% of a request's CPU. A worker's settings do not change once it
+    serves, so they become plain attributes here; anything else (its methods, the properties that are not
+    settings) is the Config's own, looked up as before."""
+
+    #: Properties of gunicorn's Config, not settings, read on every request.
+    PER_REQUEST = ("is_ssl",)
+
+    def __init__(self, cfg: Any) -> None:
+        self._cfg = cfg
+        for name in (*cfg.settings, *self.PER_REQUEST):
+            # Through the Config, so that a property standing for a setting (worker_class) is what is kept.
+            setattr(self, name, getattr(cfg, name))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cfg, name)
+
+
 def map_big_allocations() -> bool:
     """Have glibc map every allocation of MMAP_THRESHOLD_BYTES or more on its own, for good. By default it
     raises that threshold each time such a block is freed (up to 32 MiB), so once a big body was read
@@ -289,6 +310,7 @@ class WebhookWorker(Worker):
     """
 
     wsgi: Any
+    cfg: Any
 
     def request_local(self) -> Any:
         raise NotImplementedError
@@ -314,6 +336,7 @@ class WebhookWorker(Worker):
         # In this process only: requests get -shutdown-timeout, so there is time left to kill leftover
         # commands before the master's own, longer, deadline ends this worker with SIGKILL.
         self.cfg.set("graceful_timeout", math.ceil(ctx.config.shutdown_timeout))
+        self.cfg = SettledConfig(self.cfg)
         super().init_process()
 
     def init_signals(self) -> None:

@@ -205,6 +205,34 @@ def test_python_locale_coercion_does_not_leak_into_commands(tmp_path: Path) -> N
     assert explicit.stdout.split() == ["C.UTF-8", "C.UTF-8"]  # a locale the user chose is kept
 
 
+def test_the_inherited_environment_follows_every_change_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hookrunner.run.executor import inherited_environment
+
+    monkeypatch.setenv("HOOKRUNNER_TEST_VAR", "one")
+    first = inherited_environment()
+    assert first["HOOKRUNNER_TEST_VAR"] == "one"
+    first["HOOKRUNNER_TEST_VAR"] = "changed by a caller"  # each caller gets a dict of its own
+    assert inherited_environment()["HOOKRUNNER_TEST_VAR"] == "one"
+    monkeypatch.setenv("HOOKRUNNER_TEST_VAR", "two")
+    assert inherited_environment()["HOOKRUNNER_TEST_VAR"] == "two"
+    monkeypatch.delenv("HOOKRUNNER_TEST_VAR")
+    assert "HOOKRUNNER_TEST_VAR" not in inherited_environment()
+
+
+def test_with_the_log_off_a_run_builds_no_log_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hookrunner.ops.log import log
+    from hookrunner.run import executor
+
+    def refuse(text: str) -> str:
+        raise AssertionError("quoted for a log that is off")
+
+    monkeypatch.setattr(executor, "go_quote", refuse)
+    monkeypatch.setattr(log, "enabled", False)
+    hook = Hook(id="h", execute_command="/bin/echo", pass_arguments=(Argument("string", "a b"),))
+    result = CommandRunner().run(hook, request())
+    assert (result.output, result.error) == (b"a b\n", None)
+
+
 def test_runs_still_queued_when_shutdown_gives_up_start_nothing(tmp_path: Path) -> None:
     # Before the fix a queued run started its command right after shutdown killed the running one, and
     # the exiting server left it behind in its own session.

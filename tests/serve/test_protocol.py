@@ -257,3 +257,42 @@ def test_the_check_for_control_bytes_answers_as_the_regex_does(length: int, bad:
         assert (found and found.span()) == (expected and expected.span())
         raw = value.encode("utf-8")
         assert bool(protocol._BAD_VALUE.search(raw)) == bool(protocol._BAD_VALUE_BYTE.search(raw))
+
+
+# --- the trusted-proxy answer, kept per peer address (issue 23) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("allowed", "peer", "trusted"),
+    [("", "127.0.0.1", False), ("127.0.0.1", "127.0.0.1", True), ("10.0.0.0/8", "10.1.2.3", True),
+     ("10.0.0.0/8", "192.0.2.1", False), ("*", "192.0.2.1", True), ("", "::1", False), ("::1", "::1", True)],
+)
+def test_the_trusted_proxy_answer_is_gunicorns_and_is_worked_out_once_per_peer(
+    allowed: str, peer: str, trusted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gunicorn.config import Config
+    from gunicorn.http.unreader import IterUnreader
+
+    monkeypatch.setattr(protocol, "_TRUSTED_PEERS", {})
+    asked: list[str] = []
+    real = gunicorn.http.message._ip_in_allow_list
+
+    def counted(ip: str, *args: object) -> bool:
+        asked.append(ip)
+        return bool(real(ip, *args))
+
+    monkeypatch.setattr(gunicorn.http.message, "_ip_in_allow_list", counted)
+    cfg = Config()
+    for key, value in PARSER_OPTIONS.items():
+        cfg.set(key, value)
+    cfg.set("forwarded_allow_ips", allowed)
+    head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-Proto: https\r\n\r\n"
+    for _ in range(3):
+        request = GoRequest(cfg, IterUnreader([head]), (peer, 1))
+        assert request._peer_is_trusted_proxy() is trusted
+        assert request.scheme == ("https" if trusted else "http")  # what gunicorn makes of the header
+    assert asked == [peer]
+    other = Config()
+    other.set("forwarded_allow_ips", "192.0.2.77" if trusted else "*")  # another list: asked again
+    assert GoRequest(other, IterUnreader([head]), (peer, 1))._peer_is_trusted_proxy() is not trusted
+    assert asked == [peer, peer]

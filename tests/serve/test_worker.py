@@ -110,3 +110,26 @@ def test_a_body_of_a_mib_reuses_the_heap_request_after_request() -> None:
     run = subprocess.run([sys.executable, "-c", _REREAD], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert int(run.stdout) < 2000, f"{run.stdout.strip()} page faults for 200 blocks of 1 MiB"
+
+
+def test_the_settled_config_reads_every_setting_as_gunicorns_config_does() -> None:
+    from gunicorn.config import Config
+
+    from hookrunner.serve.arbiter import PARSER_OPTIONS
+    from hookrunner.serve.worker import SettledConfig
+
+    cfg = Config()
+    for key, value in PARSER_OPTIONS.items():
+        cfg.set(key, value)
+    cfg.set("forwarded_allow_ips", "10.0.0.0/8")
+    cfg.set("worker_class", "gevent")
+    settled = SettledConfig(cfg)
+    for name in cfg.settings:
+        assert getattr(settled, name) == getattr(cfg, name), name
+    assert settled.worker_class is cfg.worker_class  # the class, as the Config's property gives it
+    assert "worker_class" in vars(settled) and "limit_request_fields" in vars(settled)  # read once, kept
+    assert settled.is_ssl == cfg.is_ssl
+    assert settled.forwarded_allow_networks() == cfg.forwarded_allow_networks()  # methods: the Config's
+    assert settled.address == cfg.address  # properties that are not settings: the Config's
+    with pytest.raises(AttributeError):
+        _ = settled.no_such_setting
