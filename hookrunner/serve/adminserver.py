@@ -10,6 +10,7 @@ the master loses nothing already sent. docs/history.md says why.
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import os
 import secrets
@@ -115,12 +116,54 @@ class _QuietHandler(WSGIRequestHandler):
             log.output("admin listener: " + (message % args if args else message).strip())
 
 
+class _RequestDeadline(io.RawIOBase):
+    """A connection's reads, each given what is left of one deadline: a request must have arrived whole
+    (from the wait for its first byte to the last of its body) within -read-timeout, however it trickles.
+    Writes keep the socket's own timeout, -read-timeout for each."""
+
+    def __init__(self, sock: socket.socket, limit: float) -> None:
+        self._sock = sock
+        self._limit = limit
+        self._deadline = time.monotonic() + limit
+
+    def start(self) -> None:
+        """A new request: the whole of it must arrive within the limit from now."""
+        self._deadline = time.monotonic() + self._limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not arrive within -read-timeout")
+        self._sock.settimeout(left)
+        try:
+            return self._sock.recv_into(buffer)
+        finally:
+            self._sock.settimeout(self._limit)
+
+
 def _handler(read_timeout: float) -> type[_QuietHandler]:
-    """The handler class with -read-timeout as its sockets' timeout (0: none): a client that sends nothing
-    for that long, between requests or within one, is disconnected and its thread ends."""
+    """The handler class with -read-timeout (0: none) as the time a request has to arrive whole: a client
+    that sends nothing for that long, between requests or within one, or that sends too slowly, is
+    disconnected and its thread ends."""
 
     class Handler(_QuietHandler):
         timeout = read_timeout or None
+        _reads: _RequestDeadline | None = None
+
+        def setup(self) -> None:
+            super().setup()
+            if read_timeout:
+                self.rfile.close()  # the socket's own reader: replaced, and its hold on the socket let go
+                self._reads = _RequestDeadline(self.connection, read_timeout)
+                self.rfile = io.BufferedReader(self._reads, max(self.rbufsize, io.DEFAULT_BUFFER_SIZE))
+
+        def handle_one_request(self) -> None:
+            if self._reads is not None:
+                self._reads.start()
+            super().handle_one_request()
 
     return Handler
 

@@ -8,10 +8,12 @@ import functools
 import http.client
 import json
 import os
+import select
 import signal
 import socket
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -364,3 +366,46 @@ def test_an_idle_or_stalled_admin_client_is_cut_off_after_read_timeout(
         idle.close()
         stalled.close()
     assert "timed out" not in server.log, server.log
+
+
+def test_an_admin_client_that_trickles_its_request_is_cut_off_after_read_timeout(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    """-read-timeout bounds the whole request, not each read: a byte every 0.3 s never lets a 1 s
+    per-read limit expire, and would hold its connection and thread for as long as the client liked."""
+    server, admin = start(tmp_path, servers, [python_hook("ok", "pass")], "-read-timeout", "1s")
+    trickle = socket.create_connection(("127.0.0.1", admin.port), timeout=10)
+    head = b"GET /api/v1/hooks HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 40
+    began = time.monotonic()
+    cut_after = None
+    try:
+        for byte in head:
+            closed, _, _ = select.select([trickle], [], [], 0.3)  # the server's end of file: cut off
+            if not closed:
+                try:
+                    trickle.sendall(bytes([byte]))
+                    continue
+                except OSError:
+                    pass
+            cut_after = time.monotonic() - began
+            break
+        assert cut_after is not None and cut_after < 4, "a trickling client kept its admin connection"
+        assert admin.get("/api/v1/hooks")[0] == 200  # and the listener serves the others as before
+    finally:
+        trickle.close()
+    assert "timed out" not in server.log, server.log
+
+
+def test_an_admin_request_that_arrives_in_pieces_within_read_timeout_is_served(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    server, admin = start(tmp_path, servers, [python_hook("ok", "pass")], "-read-timeout", "2s")
+    client = socket.create_connection(("127.0.0.1", admin.port), timeout=10)
+    try:
+        for piece in (b"GET /api/v1/hooks HT", b"TP/1.1\r\nHost: 127.0", b".0.1\r\n\r\n"):
+            client.sendall(piece)
+            time.sleep(0.4)  # 1.2 s in all: each pause and the whole within the limit
+        answer = _read_until_closed(client)
+    finally:
+        client.close()
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b'"ok"' in answer, answer[:300]
