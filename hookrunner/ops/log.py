@@ -61,6 +61,10 @@ class GoLogger:
         with self._lock:
             self._stream = stream
 
+    def wants(self, event: str | None = None) -> bool:
+        """Whether an entry of `event` would be written: callers ask before building a costly message."""
+        return self.enabled or (self.access and event == "access")
+
     def output(
         self,
         message: str,
@@ -75,7 +79,7 @@ class GoLogger:
 
         The keyword arguments show only in JSON mode; text lines stay exactly webhook's.
         """
-        if not self.enabled and not (self.access and event == "access"):
+        if not self.wants(event):
             return
         if self.json:
             entry: dict[str, Any] = {"time": rfc3339_now(), "level": level or _level_of(message)}

@@ -442,7 +442,7 @@ class CommandRunner:
             key, _, value = entry.partition("=")
             env[key] = value
         cwd = spec.cwd
-        if log.enabled:  # the quoting is not free, and serves only the log
+        if log.wants("command_started"):  # the quoting is not free, and serves only the log
             quoted = " ".join(go_quote(a) for a in argv)
             log.request(
                 rid,
@@ -455,7 +455,7 @@ class CommandRunner:
         started = time.monotonic()
         output, error = self._spawn(path, argv, env, cwd or None, timeout, rid, run_id)
         metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
-        if log.enabled:
+        if log.wants("command_output"):
             text = output.decode("utf-8", "replace")
             log.request(rid, f"command output: {text}\n", hook=hook.id, event="command_output")
         if error is not None:

@@ -124,7 +124,7 @@ class _RequestDeadline(io.RawIOBase):
     def __init__(self, sock: socket.socket, limit: float) -> None:
         self._sock = sock
         self._limit = limit
-        self._deadline = time.monotonic() + limit
+        self.start()
 
     def start(self) -> None:
         """A new request: the whole of it must arrive within the limit from now."""

@@ -116,7 +116,7 @@ class HookApp:
         return f"{random.getrandbits(24):06x}"
 
     def access_log(self, rid: str, response: Answer, started: float) -> None:
-        if not (log.enabled or log.access):
+        if not log.wants("access"):
             return
         environ = request.environ
         uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path.rstrip("?")
@@ -300,7 +300,7 @@ class HookApp:
                 hook=hook.id,
                 event="rules_not_satisfied",
             )
-            if log.enabled and hook.trigger_rule is not None:
+            if log.wants() and hook.trigger_rule is not None:
                 self.log_explanation(rid, hook, req)
             metrics.record_request(hook.id, metrics.RULES_NOT_SATISFIED)
             return answer(status, MSG_MISMATCH, headers)
