@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from hookrunner.config import Config
 from hookrunner.errors import AdminSetupError, DuplicateHookError, UsageError
 from hookrunner.flags import parse_args
+from hookrunner.golang.syscall import errno_text
 from hookrunner.ops.log import configure, log
 
 if TYPE_CHECKING:
@@ -145,12 +146,6 @@ class Listener:
     from_systemd: bool = False
 
 
-def _errno_text(err: OSError) -> str:
-    """Go prints errno texts in lower case (`address already in use`)."""
-    text = err.strerror or str(err)
-    return text[:1].lower() + text[1:]
-
-
 def _split_host_port(address: str) -> tuple[str, str]:
     """Go's net.SplitHostPort, enough for `-ip` and `-port` joined with a colon."""
     if address.startswith("["):
@@ -203,7 +198,7 @@ def listen_tcp(ip: str, port: int) -> Listener:
                 break
             continue
         return Listener(sock, address)
-    detail = _errno_text(last) if last else "no suitable address found"
+    detail = errno_text(last) if last else "no suitable address found"
     raise ListenError(f"listen tcp {address}: bind: {detail}")
 
 
@@ -232,7 +227,7 @@ def listen_unix(path: str) -> Listener:
         sock.listen(socket.SOMAXCONN)
     except OSError as err:
         sock.close()
-        raise ListenError(f"listen unix {path}: bind: {_errno_text(err)}", on="socket") from None
+        raise ListenError(f"listen unix {path}: bind: {errno_text(err)}", on="socket") from None
     return Listener(sock, f"{{unix:{path}}}", unix_path="" if abstract else path)
 
 
@@ -253,7 +248,7 @@ def systemd_listener() -> Listener | None:
         sock = socket.socket(fileno=3)
         name = sock.getsockname()
     except OSError as err:
-        raise ListenError(f"failed to use the socket from systemd: {_errno_text(err)}", on="socket") from None
+        raise ListenError(f"failed to use the socket from systemd: {errno_text(err)}", on="socket") from None
     if sock.family == socket.AF_UNIX:
         text = name.decode(errors="replace").replace("\0", "@") if isinstance(name, bytes) else name
         address = f"{{unix:{text}}}"
@@ -312,7 +307,7 @@ def _oserror_text(err: OSError) -> str:
     """An OSError as Go's *PathError prints: `open /x/y: no such file or directory`."""
     if err.filename is not None and err.strerror:
         op = "mkdir" if isinstance(err, FileExistsError) else "open"
-        return f"{op} {err.filename}: {_errno_text(err)}"
+        return f"{op} {err.filename}: {errno_text(err)}"
     return str(err)
 
 
@@ -450,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             drop_privileges(config.setuid, config.setgid)
         except OSError as err:
-            problems.append(f"error dropping privileges: {_errno_text(err)}")
+            problems.append(f"error dropping privileges: {errno_text(err)}")
     if config.logfile:
         try:
             configure(True, config.logfile, config.log_format)

@@ -23,8 +23,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hookrunner.serve",),
     ("hookrunner.run",),
     ("hookrunner.hooks",),
-    ("hookrunner.golang",),
     ("hookrunner.ops",),
+    ("hookrunner.golang",),
     ("hookrunner.config", "hookrunner.errors", "hookrunner"),
 )
 

@@ -6,19 +6,14 @@ import os
 import stat
 
 from hookrunner.errors import CommandNotFound
-
-
-def go_errno_text(err: OSError) -> str:
-    """Go's syscall.Errno text: glibc's message with a lower-case first letter."""
-    text = os.strerror(err.errno) if err.errno else str(err)
-    return text[:1].lower() + text[1:]
+from hookrunner.golang.syscall import errno_text
 
 
 def _check_executable(path: str) -> None:
     try:
         info = os.stat(path)
     except OSError as exc:
-        raise CommandNotFound(f'exec: "{path}": stat {path}: {go_errno_text(exc)}') from exc
+        raise CommandNotFound(f'exec: "{path}": stat {path}: {errno_text(exc)}') from exc
     if stat.S_ISDIR(info.st_mode) or not os.access(path, os.X_OK):
         raise CommandNotFound(f'exec: "{path}": permission denied')
 
@@ -50,7 +45,7 @@ def start_problem(path: str, argv: list[str], env: list[str], cwd: str) -> str |
         except ValueError:
             return f"chdir {cwd}: invalid argument"
         except OSError as exc:
-            return f"chdir {cwd}: {go_errno_text(exc)}"
+            return f"chdir {cwd}: {errno_text(exc)}"
     if "\x00" in path or any("\x00" in arg for arg in argv):
         return f"fork/exec {path}: invalid argument"
     return None

@@ -12,6 +12,7 @@ import os
 import stat
 
 from hookrunner.errors import HooksFileError, HooksFileTooLarge, NotRegularFileError
+from hookrunner.golang.syscall import errno_text
 
 #: The largest hooks file read: 16 MiB, hundreds of times any real one (docs/limits.md).
 HOOKS_FILE_CAP = 16 * 1024 * 1024
@@ -32,7 +33,7 @@ def file_kind(mode: int) -> str:
 
 def _go_error(verb: str, path: str, exc: OSError) -> HooksFileError:
     # Go's *PathError text: `open hooks.json: no such file or directory`.
-    return HooksFileError(f"{verb} {path}: {(exc.strerror or str(exc)).lower()}")
+    return HooksFileError(f"{verb} {path}: {errno_text(exc)}")
 
 
 def check_regular(path: str, mode: int, size: int, cap: int = HOOKS_FILE_CAP) -> None:

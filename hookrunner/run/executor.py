@@ -16,8 +16,9 @@ from functools import partial
 
 from hookrunner.errors import ArgumentError, CommandNotFound, HookrunnerError
 from hookrunner.golang.base64 import go_base64_decode
-from hookrunner.golang.exec import go_errno_text, start_problem
+from hookrunner.golang.exec import start_problem
 from hookrunner.golang.strconv import quote as go_quote
+from hookrunner.golang.syscall import errno_text
 from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.command import resolve_command
 from hookrunner.hooks.model import Hook
@@ -142,7 +143,7 @@ def create_temp(folder: str, pattern: str) -> tuple[int, str]:
         except FileExistsError:
             continue
         except OSError as exc:
-            raise OSError(exc.errno, f"open {name}: {go_errno_text(exc)}") from exc
+            raise OSError(exc.errno, f"open {name}: {errno_text(exc)}") from exc
     raise OSError(0, f"createtemp {prefix}*{suffix}: file already exists")
 
 
@@ -492,7 +493,7 @@ class CommandRunner:
             spawn = partial(start_process, path, argv, env, cwd)
             process, run = self.waits.offload(self._tracker.start, spawn, found)
         except OSError as exc:
-            return b"", f"fork/exec {path}: {go_errno_text(exc)}"
+            return b"", f"fork/exec {path}: {errno_text(exc)}"
         except ValueError:  # what start_problem did not foresee: Go's fork fails with EINVAL for it
             return b"", f"fork/exec {path}: invalid argument"
         if journal is not None and run_id is not None:

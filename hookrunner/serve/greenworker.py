@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import gc
-import os
 import socket
 import ssl
 import sys
@@ -37,6 +36,7 @@ from gunicorn import http, util
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
 
+from hookrunner.golang.syscall import errno_text
 from hookrunner.ops.log import log
 from hookrunner.serve.app import Parsing
 from hookrunner.serve.greenreads import (
@@ -329,8 +329,7 @@ def accept_error_text(listener: Any, exc: OSError) -> str:
         where = f"tcp [{address[0]}]:{address[1]}"
     else:
         where = f"tcp {address[0]}:{address[1]}"
-    reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
-    return f"accept {where}: accept4: {reason}"
+    return f"accept {where}: accept4: {errno_text(exc)}"
 
 
 def go_ms(seconds: float) -> str:
