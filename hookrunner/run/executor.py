@@ -257,28 +257,16 @@ class CommandRunner:
         """submit(), and how the run was admitted (`started`, `queued` or `coalesced`)."""
         journal = self.journal
         ticket = self.history.ticket(req.id, hook.id) if self.history is not None else None
-        if journal is None or not journal.enabled:
-            # A queued run keeps what its command needs (argv, variables, files), not the request.
-            spec = prepare(hook, req)
-            try:
-                future, how = self._scheduler.submit(
-                    hook.id, hook.limits, lambda: self._journaled_run(hook, spec, None, ticket)
-                )
-            except Busy:
-                _refused(ticket)
-                raise
-            if how != "started":
-                log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
-            _admitted(ticket, future, how)
-            return future, how
+        # A queued run keeps what its command needs (argv, variables, files), not the request; with a journal
+        # it is written down first.
         spec = prepare(hook, req)
-        run_id = journal.record(spec)
+        run_id = journal.record(spec) if journal is not None and journal.enabled else None
         try:
             future, how = self._scheduler.submit(
                 hook.id, hook.limits, lambda: self._journaled_run(hook, spec, run_id, ticket)
             )
         except Busy:
-            if run_id is not None:
+            if journal is not None and run_id is not None:
                 journal.finished([run_id], "not run: busy")
             _refused(ticket)
             raise

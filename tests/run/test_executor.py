@@ -12,10 +12,12 @@ import pytest
 
 from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.command import resolve_command
-from hookrunner.hooks.model import Hook
+from hookrunner.hooks.model import Hook, Limits
 from hookrunner.hooks.request import Request
 from hookrunner.run.executor import CommandRunner, _decode_base64, create_temp
+from hookrunner.run.journal import Journal
 from hookrunner.run.processes import identify
+from hookrunner.run.scheduler import Busy
 
 
 def request(**payload: object) -> Request:
@@ -236,8 +238,6 @@ def test_with_the_log_off_a_run_builds_no_log_text(monkeypatch: pytest.MonkeyPat
 def test_runs_still_queued_when_shutdown_gives_up_start_nothing(tmp_path: Path) -> None:
     # Before the fix a queued run started its command right after shutdown killed the running one, and
     # the exiting server left it behind in its own session.
-    from hookrunner.hooks.model import Limits
-
     record = tmp_path / "started"
     script = tmp_path / "slow"
     script.write_text(f"#!/bin/sh\necho $$ >> {record}\nsleep 30\n")
@@ -255,6 +255,29 @@ def test_runs_still_queued_when_shutdown_gives_up_start_nothing(tmp_path: Path) 
     assert [r.error for r in results[1:]] == ["not started: hookrunner is shutting down"] * 2
     assert len(record.read_text().split()) == 1  # only the first command ever ran
     assert runner.running == 0
+
+
+def test_with_a_journal_a_run_refused_as_busy_is_finished_and_never_replayed(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    script = tmp_path / "wait"
+    script.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.01; done\n")
+    script.chmod(0o755)
+    hook = Hook(id="one", execute_command=str(script), limits=Limits(max_concurrency=1, max_queue=0))
+    runner = CommandRunner()
+    runner.journal = Journal(str(tmp_path / "state"), "boot-1")
+    try:
+        accepted = runner.submit(hook, Request(id="kept", method="POST", remote_addr="127.0.0.1:1"))
+        with pytest.raises(Busy):
+            runner.submit(hook, Request(id="refused", method="POST", remote_addr="127.0.0.1:1"))
+        # Both were written down before they were admitted; only the accepted one is left for a replay.
+        left = Journal(str(tmp_path / "state"), "boot-2")
+        assert [x.spec.request_id for x in left.claim_left_overs()] == ["kept"]
+        left.close()
+        gate.touch()
+        assert accepted.result(timeout=10).ok
+    finally:
+        gate.touch()
+        runner.shutdown(grace=0.2)
 
 
 @pytest.mark.parametrize(
