@@ -179,32 +179,32 @@ class DormantConnection:
     def _hand_over(self, seen: int) -> bool:
         """Whether the greenlet takes over now that more has come (`seen` bytes were there before)."""
         if self._until is None:
-            if self._parser_needed(seen):
-                return True
-            if self._until is None:
+            hold = self._hold(seen)
+            if hold is None:
                 return len(self._head) >= DORMANT_HEAD_BYTES
+            if hold <= len(self._head):
+                return True
+            self._until = hold  # a whole head whose body is held first
         return len(self._head) >= self._until
 
-    def _parser_needed(self, seen: int) -> bool:
-        """Whether the head as it stands (`seen` bytes of it looked at before) needs the parser now. A
-        whole head whose body is to be held first sets how much to hold (`_until`), and does not."""
+    def _hold(self, seen: int) -> int | None:
+        """How many bytes of the connection to hold before the parser takes it, as far as the head as it
+        stands tells (`seen` bytes of it looked at before): 0 when the parser is needed now; where the part
+        of the body to wait for ends, when a whole head's answer waits for its body; None while it can't
+        say yet."""
         head = self._head
         line_end = head.find(b"\n")
         if line_end < 0:
-            return False
+            return None
         if not _PLAIN_REQUEST_LINE.fullmatch(head, 0, line_end + 1):
-            return True
+            return 0
         end = head.find(b"\r\n\r\n", max(0, seen - 3))
         stop = len(head) if end < 0 else end + 4  # what follows the head is body
         if head.count(b"\n", max(seen, 1), stop) != head.count(b"\r\n", max(0, seen - 1), stop):
-            return True  # a bare LF: refused at once
+            return 0  # a bare LF: refused at once
         if end < 0:
-            return False
-        until = self._body_until(line_end + 1, end + 4)
-        if until is None or len(head) >= until:
-            return True
-        self._until = until
-        return False
+            return None
+        return self._body_until(line_end + 1, end + 4) or 0
 
     def _body_until(self, headers: int, body: int) -> int | None:
         """How much of the connection to hold in all, when its whole head (header lines from `headers`,
