@@ -249,7 +249,10 @@ class ProcessTracker:
         self._subreaper_of = 0  # the pid that made itself subreaper (a forked worker must do it again)
         # When each leader being started began (clock ticks after boot): their pids are not in _leaders yet.
         self._starting: list[int] = []
-        self._poller: threading.Thread | None = None
+        # The poll's thread, and the pid it was started in (a forked worker starts its own). Between runs
+        # it waits on `_work` instead of ending, so a run does not pay for a new thread.
+        self._poller_of = 0
+        self._work = threading.Condition(self._lock)
 
     def start(
         self, spawn: Callable[[], subprocess.Popen[bytes]], on_found: Callable[[ProcessId], None] | None
@@ -278,9 +281,11 @@ class ProcessTracker:
             self._starting.remove(since)
             self._runs.append(run)
             self._leaders.add(process.pid)
-            if self._poller is None:
-                self._poller = threading.Thread(target=self._poll, name="run-processes", daemon=True)
-                self._poller.start()
+            if self._poller_of != os.getpid():
+                threading.Thread(target=self._poll, name="run-processes", daemon=True).start()
+                self._poller_of = os.getpid()
+            else:
+                self._work.notify()
         return process, run
 
     def done(self, run: RunProcesses) -> None:
@@ -349,9 +354,7 @@ class ProcessTracker:
             adopted = self._reap(snapshot, me)
             if not running and not adopted:
                 with self._lock:
-                    if not self._runs:
-                        self._poller = None
-                        return
+                    self._work.wait_for(lambda: self._runs)
                 continue
             time.sleep(POLL_SECONDS if running else ORPHAN_POLL_SECONDS)
 

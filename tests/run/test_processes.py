@@ -186,6 +186,25 @@ def test_the_subreaper_adopts_orphans_reaps_them_and_keeps_its_commands_exit_sta
     assert seen["status"] == 3, seen
 
 
+def test_runs_one_after_another_share_one_poll_thread_that_still_finds_their_processes() -> None:
+    import threading
+
+    from hookrunner.run.processes import ProcessTracker
+
+    tracker = ProcessTracker()
+    code = "import subprocess, sys, time; subprocess.Popen(['sleep', '1']); time.sleep(0.5)"
+    pollers = []
+    for _ in range(3):
+        process, run = tracker.start(lambda: subprocess.Popen([sys.executable, "-c", code]), None)
+        process.wait()
+        # Its child (`sleep`) was found by the poll while the run went on, under a thread of the same name.
+        pollers.append({t for t in threading.enumerate() if t.name == "run-processes"})  # kept: no reuse
+        assert len(run.members) == 2, run.members
+        tracker.done(run)
+        time.sleep(0.1)  # the poll is idle between runs
+    assert len(pollers[0]) == 1 and pollers[0] == pollers[1] == pollers[2]
+
+
 def test_which_run_a_process_belongs_to() -> None:
     from hookrunner.run.processes import RunProcesses, _attribute
     from hookrunner.run.processes import _Stat as S
