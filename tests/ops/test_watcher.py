@@ -340,8 +340,11 @@ def test_rapid_in_place_saves_hand_over_only_whole_versions(hooks_file: Path, re
                 os.write(fd, text)
             os.close(fd)
             time.sleep(0.01)
-        recorder.wait_for(1)
-        time.sleep(0.5)
+        # The last version arrives (bounded wait; a loaded machine may take a while), then nothing after it.
+        deadline = time.monotonic() + 10
+        while not (recorder.data and recorder.data[-1] == versions[-1]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        recorder.wait_for(len(recorder.events) + 1, timeout=0.5)
         assert recorder.data, "no change reported"
         assert set(recorder.data) <= set(versions)
         assert recorder.data[-1] == versions[-1]

@@ -147,37 +147,58 @@ def test_a_recorded_pid_now_held_by_another_process_is_left_alone() -> None:
 
 
 # In a process of its own (a subreaper adopts every orphan below it, which pytest must not): a run's leader
-# double-forks an orphan that exits after 0.3 s, and itself exits with status 3 after 0.8 s.
+# double-forks an orphan, and each waits for a gate file of its own to exit (the leader with status 3). The
+# script waits for each step it checks (bounded), so a slow machine changes only how long it takes.
 SUBREAPER = textwrap.dedent(
     """
     import json, os, subprocess, sys, time
-    from hookrunner.run.processes import ProcessTracker, _stat, _subtree
+    from hookrunner.run.processes import ProcessTracker, _subtree
+    gates = sys.argv[1]
     code = (
         "import os, sys, time\\n"
+        "def wait(gate):\\n"
+        "    while not os.path.exists(os.path.join(sys.argv[1], gate)): time.sleep(0.01)\\n"
         "if os.fork() == 0:\\n"
         "    if os.fork() == 0:\\n"
-        "        time.sleep(0.3); os._exit(0)\\n"
+        "        wait('orphan'); os._exit(0)\\n"
         "    os._exit(0)\\n"
-        "time.sleep(0.8); sys.exit(3)\\n"
+        "wait('leader'); sys.exit(3)\\n"
     )
+
+    def until(check):
+        deadline = time.monotonic() + 10
+        while not check() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def open_gate(name):
+        open(os.path.join(gates, name), "w").close()
+
     tracker = ProcessTracker(adopt_orphans=True)
-    spawn = lambda: subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    spawn = lambda: subprocess.Popen(
+        [sys.executable, "-c", code, gates], stdout=subprocess.PIPE, start_new_session=True
+    )
     process, run = tracker.start(spawn, None)
-    time.sleep(0.15)
     me = os.getpid()
-    adopted = [p for p, s in _subtree(me).items() if s.ppid == me and p != process.pid]
+    others = lambda: [p for p, s in _subtree(me).items() if s.ppid == me and p != process.pid]
+    until(others)
+    adopted = others()
+    until(lambda: set(adopted) <= {m.pid for m in run.members})
     members = sorted(m.pid for m in run.members)
-    time.sleep(0.5)  # the orphan has exited: the poll reaps it
+    open_gate("orphan")
+    until(lambda: not set(adopted) & set(_subtree(me)))  # exited, and reaped by the poll
     zombies = [p for p, s in _subtree(me).items() if s.zombie and s.ppid == me and p != process.pid]
-    code = process.wait()
+    open_gate("leader")
+    code = process.wait(timeout=10)
     tracker.done(run)
     print(json.dumps({"adopted": adopted, "members": members, "zombies": zombies, "status": code}))
     """
 )
 
 
-def test_the_subreaper_adopts_orphans_reaps_them_and_keeps_its_commands_exit_status() -> None:
-    out = subprocess.run([sys.executable, "-c", SUBREAPER], capture_output=True, text=True, timeout=30)
+def test_the_subreaper_adopts_orphans_reaps_them_and_keeps_its_commands_exit_status(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", SUBREAPER, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout)
     assert len(seen["adopted"]) == 1, seen  # the orphan came to the subreaper, not to init
@@ -191,18 +212,22 @@ def test_runs_one_after_another_share_one_poll_thread_that_still_finds_their_pro
 
     from hookrunner.run.processes import ProcessTracker
 
+    def pollers() -> set[threading.Thread]:  # the threads themselves, kept: an ident can be reused
+        return {t for t in threading.enumerate() if t.name == "run-processes"}
+
+    others = pollers()  # other trackers' (earlier tests')
     tracker = ProcessTracker()
     code = "import subprocess, sys, time; subprocess.Popen(['sleep', '1']); time.sleep(0.5)"
-    pollers = []
+    mine = []
     for _ in range(3):
         process, run = tracker.start(lambda: subprocess.Popen([sys.executable, "-c", code]), None)
         process.wait()
         # Its child (`sleep`) was found by the poll while the run went on, under a thread of the same name.
-        pollers.append({t for t in threading.enumerate() if t.name == "run-processes"})  # kept: no reuse
+        mine.append(pollers() - others)
         assert len(run.members) == 2, run.members
         tracker.done(run)
         time.sleep(0.1)  # the poll is idle between runs
-    assert len(pollers[0]) == 1 and pollers[0] == pollers[1] == pollers[2]
+    assert len(mine[0]) == 1 and mine[0] == mine[1] == mine[2]
 
 
 def test_which_run_a_process_belongs_to() -> None:

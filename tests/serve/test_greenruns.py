@@ -157,8 +157,8 @@ def test_on_the_loop_a_waiting_run_lets_the_other_greenlets_run(tmp_path: Path) 
         tick.kill()
     assert result.ok and took >= 0.5
     during = [t for t in ticks if started <= t <= started + took]
-    assert len(during) >= 10, len(during)  # ~50 at 10 ms; none if the run had blocked the loop
-    assert max(b - a for a, b in zip(during, during[1:], strict=False)) < 0.25
+    assert len(during) >= 3, len(during)  # ~50 at 10 ms; none if the run had blocked the loop
+    assert max(b - a for a, b in zip(during, during[1:], strict=False)) < 0.45  # the run takes 0.5 s
 
 
 def test_on_the_loop_shutdown_waits_for_runs_without_blocking_them(tmp_path: Path) -> None:

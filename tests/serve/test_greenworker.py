@@ -50,7 +50,7 @@ def test_waiting_for_a_run_lets_other_greenlets_run() -> None:
         other.kill()
     thread.join()
     # The loop went on while the native thread ran: a blocking wait would have allowed no tick.
-    assert len(ticks) >= 10
+    assert len(ticks) >= 3
 
 
 def test_waiting_for_a_run_that_failed_raises_its_error() -> None:
