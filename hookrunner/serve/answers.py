@@ -26,6 +26,9 @@ MSG_COMMAND_ERROR = (
 TEXT_PLAIN = "text/plain; charset=utf-8"
 #: Where the server puts the request's headers as a list of (name, value), repeats included.
 HEADER_LIST_KEY = "hookrunner.header_list"
+#: Where an answer names the headers its handler set, for the server to write them as Go does: sorted, and
+#: before those the server adds (a sniffed Content-Type, Content-Length).
+HANDLER_HEADERS_KEY = "hookrunner.handler_headers"
 GO_BUFFER_BEFORE_CHUNKING = 2048
 
 
@@ -38,6 +41,9 @@ class Answer(Response):
     #: called it) and the headers it set (Go sniffs Content-Type only later).
     written_status = 0
     written_headers: dict[str, str] = {}
+    #: The names of the headers in the handler's map when the head went out (Go writes those first,
+    #: sorted); None for an answer not built by answer().
+    handler_names: frozenset[str] | None = None
 
     def get_wsgi_headers(self, environ: dict[str, Any]) -> Any:
         headers = super().get_wsgi_headers(environ)
@@ -49,20 +55,34 @@ class Answer(Response):
         # net/http gives a HEAD answer a Content-Length only when the handler wrote some body.
         if environ.get("REQUEST_METHOD") == "HEAD" and self.is_sequence and not self.get_data():
             headers.pop("Content-Length", None)
+        if self.handler_names is not None:
+            environ[HANDLER_HEADERS_KEY] = self.handler_names
         return headers
 
 
-def answer(status: int, body: bytes, headers: dict[str, str], explicit_type: str | None = None) -> Answer:
+def answer(
+    status: int,
+    body: bytes,
+    headers: dict[str, str],
+    explicit_type: str | None = None,
+    *,
+    type_after_status: bool = False,
+) -> Answer:
     """Build an answer the way Go's ResponseWriter would frame it (sniffed type, no body on 204/304/1xx).
 
-    A status of 0 means the handler never called WriteHeader: Go then answers 200.
+    A status of 0 means the handler never called WriteHeader: Go then answers 200. With
+    `type_after_status` the handler sets `explicit_type` only after WriteHeader (webhook's command-failure
+    message): the -debug dump shows it, but the head already went out with a sniffed type.
     """
     written_status = status
     status = status or 200
     headers = dict(headers)
-    if explicit_type is not None:
+    if explicit_type is not None and not type_after_status:
         headers["Content-Type"] = explicit_type
+    handler_names = frozenset(headers)
     written_headers = dict(headers)
+    if explicit_type is not None and type_after_status:
+        written_headers["Content-Type"] = explicit_type
     bodyless = status == 204 or status == 304 or 100 <= status < 200
     if bodyless:
         body = b""
@@ -75,6 +95,7 @@ def answer(status: int, body: bytes, headers: dict[str, str], explicit_type: str
         response.automatically_set_content_length = False
     response.written_status = written_status
     response.written_headers = written_headers
+    response.handler_names = handler_names
     return response
 
 

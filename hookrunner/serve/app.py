@@ -325,7 +325,7 @@ class HookApp:
             if not result.ok:
                 if hook.capture_output_on_error:
                     return answer(500, result.output, headers)
-                return answer(500, MSG_COMMAND_ERROR, headers, explicit_type=TEXT_PLAIN)
+                return answer(500, MSG_COMMAND_ERROR, headers, TEXT_PLAIN, type_after_status=True)
             status = self.configured_status(rid, hook, hook.success_status)
             return answer(status, result.output, headers)
         status = self.configured_status(rid, hook, hook.success_status)
@@ -532,7 +532,7 @@ def create_app(config: Config, registry: HookRegistry, runner: CommandRunner) ->
         environ = request.environ
         # An answer Go's server gives before any handler runs (the protocol layer gives the others).
         if (environ.get("RAW_URI") or environ.get("REQUEST_URI")) == "*" and go_method() == "OPTIONS":
-            return answer(0, b"", {})
+            return answer(0, b"", {"Content-Length": "0"})  # net/http's globalOptionsHandler sets it
         try:
             path = go_request_path(environ)
         except ValueError:

@@ -1,5 +1,6 @@
 """HTTP as Go's net/http speaks it, on top of gunicorn's parser: its plain answers to requests it refuses,
-its Host checks, and its response head (no `Server`, `Connection` only where Go sends one)."""
+its Host checks, and its response head (Go's header order, no `Server`, `Connection` only where Go sends
+one)."""
 
 from __future__ import annotations
 
@@ -18,16 +19,44 @@ from gunicorn.http.body import Body, ChunkedReader
 
 from hookrunner.serve.context import MAX_HEAD_BYTES
 
+#: The headers net/http adds to a handler's, in the order it writes them, after the handler's own.
+_SERVER_HEADERS = ("Date", "Content-Length", "Content-Type", "Connection", "Transfer-Encoding")
+_SERVER_HEADER_ORDER = {name: rank for rank, name in enumerate(_SERVER_HEADERS)}
+
 
 class GoResponse(gunicorn.http.wsgi.Response):
-    """gunicorn's response head as Go's net/http writes it: no `Server:` header, and `Connection:` only
-    where Go sends it (`close` on HTTP/1.1, `keep-alive` on HTTP/1.0; the protocol default is left out)."""
+    """gunicorn's response head as Go's net/http writes it, byte for byte: the handler's headers sorted by
+    name, then what the server adds (`Date`, `Content-Length`, a sniffed `Content-Type`, `Connection`,
+    `Transfer-Encoding`, in that order); no `Server:` header, and `Connection:` only where Go sends it
+    (`close` on HTTP/1.1, `keep-alive` on HTTP/1.0; the protocol default is left out).
+
+    Which headers are the handler's is the request's `handler_headers` (names), as the app declared them
+    (answers.HANDLER_HEADERS_KEY); without a declaration every header but `Content-Length` is."""
+
+    headers_sent: bool
 
     def default_headers(self) -> list[str]:
         implicit = "Connection: keep-alive\r\n" if self.req.version >= (1, 1) else "Connection: close\r\n"
         return [
             line for line in super().default_headers() if not line.startswith("Server:") and line != implicit
         ]
+
+    def send_headers(self) -> None:
+        if self.headers_sent:
+            return
+        status, *added = self.default_headers()
+        declared = getattr(self.req, "handler_headers", None)
+        handler: list[tuple[str, str]] = []
+        for name, value in self.headers:
+            if name in declared if declared is not None else name != "Content-Length":
+                handler.append((name, value))
+            else:
+                added.append(f"{name}: {value}\r\n")
+        handler.sort(key=lambda header: header[0])  # stable: a repeated name keeps its values' order
+        added.sort(key=lambda line: _SERVER_HEADER_ORDER.get(line[: line.index(":")], 2))
+        head = status + "".join(f"{name}: {value}\r\n" for name, value in handler) + "".join(added) + "\r\n"
+        gunicorn_util.write(self.sock, head.encode("latin-1"))
+        self.headers_sent = True
 
     def process_headers(self, headers: list[tuple[str, str]]) -> None:
         # gunicorn drops an application's hop-by-hop `Connection: close`; honour it by closing.
@@ -171,6 +200,8 @@ class GoRequest(gunicorn.http.message.Request):
     #: `Expect: 100-continue` was asked for: `100 Continue` is sent at the first read of the body
     #: (ContinueOnRead), where gunicorn would send it before the app runs.
     go_expects_continue = False
+    #: The names of the headers the handler set (GoResponse writes them first, sorted), when the app said.
+    handler_headers: frozenset[str] | None = None
 
     def parse(self, unreader: Any) -> bytes:
         if getattr(self, "_use_fast", False) or self.cfg.proxy_protocol != "off":

@@ -28,7 +28,7 @@ from hookrunner.golang.status import status_line
 from hookrunner.ops.log import log
 from hookrunner.run.history import Recorder
 from hookrunner.run.journal import open_journal
-from hookrunner.serve.answers import HEADER_LIST_KEY, go_request_path
+from hookrunner.serve.answers import HANDLER_HEADERS_KEY, HEADER_LIST_KEY, go_request_path
 from hookrunner.serve.context import HELD_SIGNALS, Registry, ctx
 from hookrunner.serve.protocol import (
     ContinueOnRead,
@@ -372,7 +372,10 @@ class WebhookWorker(Worker):
                 sock = getattr(current, "sock", None)
                 if sock is not None and go_sends_continue(req, environ):
                     environ["wsgi.input"] = ContinueOnRead(environ["wsgi.input"], sock)
-            return app(environ, start_response)
+            result = app(environ, start_response)
+            if req is not None:
+                req.handler_headers = environ.get(HANDLER_HEADERS_KEY)
+            return result
 
         self.wsgi = with_header_list
 

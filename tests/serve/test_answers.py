@@ -25,6 +25,20 @@ def test_bodyless_statuses() -> None:
     assert response.get_data() == b"" and "Content-Length" not in response.headers
 
 
+def test_the_handlers_headers_are_those_set_before_the_status() -> None:
+    # A hook's headers and a type set before WriteHeader are the handler's (written first, sorted); a type
+    # set after it (webhook's command-failure message) is only in the -debug dump: the head's is sniffed.
+    before = answer(500, b"boom", {"X-A": "1"}, "text/plain; charset=utf-8")
+    after = answer(500, b"boom", {"X-A": "1"}, "text/plain; charset=utf-8", type_after_status=True)
+    assert before.handler_names == frozenset({"X-A", "Content-Type"})
+    assert after.handler_names == frozenset({"X-A"})
+    assert before.written_headers == after.written_headers == {"X-A": "1", "Content-Type": "text/plain; charset=utf-8"}
+    assert after.headers["Content-Type"] == "text/plain; charset=utf-8"  # sniffed, the same text
+    environ = {"REQUEST_METHOD": "POST", "SERVER_NAME": "x", "SERVER_PORT": "80", "wsgi.url_scheme": "http"}
+    after.get_wsgi_headers(environ)
+    assert environ["hookrunner.handler_headers"] == frozenset({"X-A"})
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(0.0000005, "500ns"), (0.000098106, "98.106µs"), (0.0015845, "1.5845ms"), (1.5, "1.5s"), (0.001, "1ms")],

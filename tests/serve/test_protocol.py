@@ -296,3 +296,72 @@ def test_the_trusted_proxy_answer_is_gunicorns_and_is_worked_out_once_per_peer(
     other.set("forwarded_allow_ips", "192.0.2.77" if trusted else "*")  # another list: asked again
     assert GoRequest(other, IterUnreader([head]), (peer, 1))._peer_is_trusted_proxy() is not trusted
     assert asked == [peer, peer]
+
+
+class _Req:
+    """What GoResponse reads of a request."""
+
+    method = "POST"
+
+    def __init__(self, version: tuple[int, int], close: bool, handler_headers: frozenset[str] | None) -> None:
+        self.version = version
+        self.close = close
+        self.handler_headers = handler_headers
+
+    def should_close(self) -> bool:
+        return self.close
+
+
+def _head(
+    headers: list[tuple[str, str]],
+    handler_headers: frozenset[str] | None,
+    version: tuple[int, int] = (1, 1),
+    close: bool = False,
+) -> bytes:
+    import socket
+
+    from gunicorn.config import Config
+
+    from hookrunner.serve.protocol import GoResponse
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        response = GoResponse(_Req(version, close, handler_headers), ours, Config())
+        response.start_response("200 OK", headers)
+        response.send_headers()
+        ours.shutdown(socket.SHUT_WR)
+        head = b""
+        while chunk := theirs.recv(4096):
+            head += chunk
+    return re.sub(rb"Date: [^\r]+", b"Date: *", head)
+
+
+def test_the_handlers_headers_go_first_sorted_then_the_servers_in_nets_order() -> None:
+    # webhook with `-header X-Global=g` and a hook's response headers Zeta and Alpha, a sniffed body type,
+    # and a client that asked to close: what webhook 2.8.0 wrote, Date masked.
+    headers = [("X-Global", "g"), ("Zeta", "1"), ("Alpha", "2"), ("Content-Type", "text/plain; charset=utf-8")]
+    headers.append(("Content-Length", "1"))
+    head = _head(headers, frozenset({"X-Global", "Zeta", "Alpha"}), close=True)
+    assert head == (
+        b"HTTP/1.1 200 OK\r\nAlpha: 2\r\nX-Global: g\r\nZeta: 1\r\nDate: *\r\nContent-Length: 1\r\n"
+        b"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+    )
+
+
+def test_a_content_type_the_handler_set_is_sorted_among_its_headers_and_repeats_keep_their_order() -> None:
+    headers = [("X-B", "2"), ("Content-Type", "application/json"), ("X-B", "1"), ("Content-Length", "2")]
+    head = _head(headers, frozenset({"X-B", "Content-Type"}))
+    assert head == (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-B: 2\r\nX-B: 1\r\nDate: *\r\n"
+        b"Content-Length: 2\r\n\r\n"
+    )
+
+
+def test_chunked_and_http_1_0_keep_alive_come_last() -> None:
+    chunked = _head([("Content-Type", "text/plain; charset=utf-8"), ("X-A", "1")], frozenset({"X-A"}))
+    assert chunked == (
+        b"HTTP/1.1 200 OK\r\nX-A: 1\r\nDate: *\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    old = _head([("Content-Length", "0"), ("X-A", "1")], None, version=(1, 0))
+    assert old == b"HTTP/1.0 200 OK\r\nX-A: 1\r\nDate: *\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"

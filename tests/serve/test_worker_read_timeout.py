@@ -53,7 +53,7 @@ def test_a_trickling_client_is_cut_at_the_deadline(pair: tuple[socket.socket, so
         stop.set()
         thread.join(timeout=5)
     assert 0.35 <= time.monotonic() - began < 2
-    assert len(received) >= 3  # it was reading all along: only the total time was too long
+    assert len(received) >= 2  # it was reading all along: only the total time was too long
     # Nothing more is read from this client: it is shut down for reading. Bytes that arrived just before the
     # shut-down may still be queued; after them the read ends (b"") instead of waiting on the client, which
     # is still connected (without the shut-down this raises TimeoutError).
