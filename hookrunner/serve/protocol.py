@@ -27,11 +27,13 @@ _SERVER_HEADER_ORDER = {name: rank for rank, name in enumerate(_SERVER_HEADERS)}
 class GoResponse(gunicorn.http.wsgi.Response):
     """gunicorn's response head as Go's net/http writes it, byte for byte: the handler's headers sorted by
     name, then what the server adds (`Date`, `Content-Length`, a sniffed `Content-Type`, `Connection`,
-    `Transfer-Encoding`, in that order); no `Server:` header, and `Connection:` only where Go sends it
-    (`close` on HTTP/1.1, `keep-alive` on HTTP/1.0; the protocol default is left out).
+    `Transfer-Encoding`, in that order); no `Server:` header of its own, and `Connection:` only where Go
+    sends it (`close` on HTTP/1.1, `keep-alive` on HTTP/1.0; the protocol default is left out).
 
     Which headers are the handler's is the request's `handler_headers` (names), as the app declared them
-    (answers.HANDLER_HEADERS_KEY); without a declaration every header but `Content-Length` is."""
+    (answers.HANDLER_HEADERS_KEY); without a declaration every header but `Content-Length` is. Unlike
+    gunicorn, a handler's `Date`, `Server`, `Connection` and other hop-by-hop headers are written as it
+    set them (net/http keeps them), but for `Transfer-Encoding`, which the server decides."""
 
     headers_sent: bool
 
@@ -52,6 +54,17 @@ class GoResponse(gunicorn.http.wsgi.Response):
                 handler.append((name, value))
             else:
                 added.append(f"{name}: {value}\r\n")
+        names = {name.lower() for name, _ in handler}
+        if "date" in names:  # the handler's Date stands instead of the server's
+            added = [line for line in added if not line.startswith("Date:")]
+        if "connection" in names:
+            if self.should_close() and not any(
+                name.lower() == "connection" and _has_token(value, "close") for name, value in handler
+            ):
+                # Closing though the handler's Connection does not say so: the server's `close` replaces it.
+                handler = [(name, value) for name, value in handler if name.lower() != "connection"]
+            else:
+                added = [line for line in added if not line.startswith("Connection:")]
         handler.sort(key=lambda header: header[0])  # stable: a repeated name keeps its values' order
         added.sort(key=lambda line: _SERVER_HEADER_ORDER.get(line[: line.index(":")], 2))
         head = status + "".join(f"{name}: {value}\r\n" for name, value in handler) + "".join(added) + "\r\n"
@@ -59,10 +72,20 @@ class GoResponse(gunicorn.http.wsgi.Response):
         self.headers_sent = True
 
     def process_headers(self, headers: list[tuple[str, str]]) -> None:
-        # gunicorn drops an application's hop-by-hop `Connection: close`; honour it by closing.
-        super().process_headers(headers)
-        if any(name.lower() == "connection" and value.strip().lower() == "close" for name, value in headers):
+        super().process_headers(headers)  # gunicorn's checks of names and values, and the body's length
+        # gunicorn drops the hop-by-hop headers (Date and Server among them) and reads `Connection: upgrade`
+        # as a protocol switch; net/http writes what the handler set and switches nothing.
+        self.upgrade = False
+        self.headers = [
+            (name, value.strip(" \t")) for name, value in headers if name.lower() != "transfer-encoding"
+        ]
+        if any(name.lower() == "connection" and _has_token(value, "close") for name, value in headers):
             self.force_close()
+
+
+def _has_token(value: str, token: str) -> bool:
+    """net/http's hasToken for a comma-separated header value, case-insensitively."""
+    return any(part.strip(" \t").lower() == token for part in value.split(","))
 
 
 _date: tuple[int, str] = (0, "")

@@ -536,6 +536,22 @@ CASES: list[Case] = [
         content_type="application/json",
         expect_headers=(("X-Hook-One", "1"),),
     ),
+    # A hook may set headers gunicorn keeps to itself (Date, Server, hop-by-hop ones): net/http writes them
+    # as set, sorted with the others, and its own Date gives way; a close the client asks for replaces the
+    # hook's `Connection: keep-alive`.
+    _c(
+        "hop-by-hop-response-headers",
+        "/hooks/hop-by-hop-headers",
+        expect_body=b"hello",
+        expect_headers=(("Server", "mine"), ("Date", "yesterday"), ("Keep-Alive", "timeout=5"), ("Upgrade", "h2c")),
+    ),
+    _c(
+        "hop-by-hop-response-headers-http-1.0",
+        "/hooks/hop-by-hop-headers",
+        raw_request=b"POST /hooks/hop-by-hop-headers HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+        expect_body=b"hello",
+        expect_headers=(("Connection", None), ("Date", "yesterday")),  # closing: the hook's keep-alive goes
+    ),
     _c(
         "sniff-html",
         "/hooks/sniff-html",

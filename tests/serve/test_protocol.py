@@ -333,7 +333,7 @@ def _head(
         head = b""
         while chunk := theirs.recv(4096):
             head += chunk
-    return re.sub(rb"Date: [^\r]+", b"Date: *", head)
+    return re.sub(rb"Date: [A-Z][a-z]{2}, [^\r]+ GMT", b"Date: *", head)  # the server's own date
 
 
 def test_the_handlers_headers_go_first_sorted_then_the_servers_in_nets_order() -> None:
@@ -365,3 +365,23 @@ def test_chunked_and_http_1_0_keep_alive_come_last() -> None:
     )
     old = _head([("Content-Length", "0"), ("X-A", "1")], None, version=(1, 0))
     assert old == b"HTTP/1.0 200 OK\r\nX-A: 1\r\nDate: *\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
+
+
+def test_a_handlers_date_server_and_hop_by_hop_headers_are_written_as_set() -> None:
+    headers = [("Server", "mine"), ("Date", "yesterday"), ("Upgrade", "h2c"), ("Content-Length", "5")]
+    head = _head(headers, frozenset({"Server", "Date", "Upgrade"}))
+    assert head == b"HTTP/1.1 200 OK\r\nDate: yesterday\r\nServer: mine\r\nUpgrade: h2c\r\nContent-Length: 5\r\n\r\n"
+
+
+def test_a_handlers_connection_gives_way_to_a_close_it_does_not_say() -> None:
+    kept = [("Connection", "keep-alive"), ("Content-Length", "5")]
+    assert _head(kept, frozenset({"Connection"})) == (
+        b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nDate: *\r\nContent-Length: 5\r\n\r\n"
+    )
+    assert _head(kept, frozenset({"Connection"}), close=True) == (
+        b"HTTP/1.1 200 OK\r\nDate: *\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"
+    )
+    closing = [("Connection", "close"), ("A", "1"), ("Content-Length", "5")]
+    assert _head(closing, frozenset({"Connection", "A"})) == (  # the handler's own close: it closes
+        b"HTTP/1.1 200 OK\r\nA: 1\r\nConnection: close\r\nDate: *\r\nContent-Length: 5\r\n\r\n"
+    )
