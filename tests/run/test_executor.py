@@ -20,8 +20,15 @@ from hookrunner.run.processes import identify
 from hookrunner.run.scheduler import Busy
 
 
-def request(**payload: object) -> Request:
-    return Request(id="abc123", method="POST", remote_addr="127.0.0.1:1", payload=dict(payload), body=b"raw")
+def request(rid: str = "abc123", **payload: object) -> Request:
+    return Request(id=rid, method="POST", remote_addr="127.0.0.1:1", payload=dict(payload), body=b"raw")
+
+
+def shell_script(path: Path, body: str) -> Path:
+    """An executable /bin/sh script at `path`."""
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
 
 
 @pytest.fixture
@@ -102,9 +109,7 @@ def test_exit_status_is_an_error(probe: Path) -> None:
 
 
 def test_killed_by_a_signal(tmp_path: Path) -> None:
-    script = tmp_path / "die"
-    script.write_text("#!/bin/sh\nkill -9 $$\n")
-    script.chmod(0o755)
+    script = shell_script(tmp_path / "die", "kill -9 $$\n")
     result = CommandRunner().run(Hook(id="h", execute_command=str(script)), request())
     assert result.error == "signal: killed"
 
@@ -134,17 +139,13 @@ def test_missing_command_is_a_result_not_an_exception() -> None:
 
 def test_background_commands_are_waited_for_and_killed_after_the_grace(tmp_path: Path) -> None:
     marker = tmp_path / "done"
-    script = tmp_path / "slow"
-    script.write_text(f"#!/bin/sh\nsleep 0.3\ntouch {marker}\n")
-    script.chmod(0o755)
+    script = shell_script(tmp_path / "slow", f"sleep 0.3\ntouch {marker}\n")
     runner = CommandRunner()
     runner.start(Hook(id="h", execute_command=str(script)), request())
     runner.shutdown(grace=5)
     assert marker.exists()
 
-    forever = tmp_path / "forever"
-    forever.write_text("#!/bin/sh\nsleep 30 &\nwait\n")
-    forever.chmod(0o755)
+    forever = shell_script(tmp_path / "forever", "sleep 30 &\nwait\n")
     runner.start(Hook(id="h", execute_command=str(forever)), request())
     deadline = time.monotonic() + 5
     while runner.running == 0 and time.monotonic() < deadline:
@@ -239,9 +240,7 @@ def test_runs_still_queued_when_shutdown_gives_up_start_nothing(tmp_path: Path) 
     # Before the fix a queued run started its command right after shutdown killed the running one, and
     # the exiting server left it behind in its own session.
     record = tmp_path / "started"
-    script = tmp_path / "slow"
-    script.write_text(f"#!/bin/sh\necho $$ >> {record}\nsleep 30\n")
-    script.chmod(0o755)
+    script = shell_script(tmp_path / "slow", f"echo $$ >> {record}\nsleep 30\n")
     hook = Hook(id="serial", execute_command=str(script), limits=Limits(max_concurrency=1, max_queue=3))
     runner = CommandRunner()
     futures = [runner.submit(hook, request()) for _ in range(3)]
@@ -259,16 +258,14 @@ def test_runs_still_queued_when_shutdown_gives_up_start_nothing(tmp_path: Path) 
 
 def test_with_a_journal_a_run_refused_as_busy_is_finished_and_never_replayed(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    script = tmp_path / "wait"
-    script.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.01; done\n")
-    script.chmod(0o755)
+    script = shell_script(tmp_path / "wait", f"while [ ! -e {gate} ]; do sleep 0.01; done\n")
     hook = Hook(id="one", execute_command=str(script), limits=Limits(max_concurrency=1, max_queue=0))
     runner = CommandRunner()
     runner.journal = Journal(str(tmp_path / "state"), "boot-1")
     try:
-        accepted = runner.submit(hook, Request(id="kept", method="POST", remote_addr="127.0.0.1:1"))
+        accepted = runner.submit(hook, request("kept"))
         with pytest.raises(Busy):
-            runner.submit(hook, Request(id="refused", method="POST", remote_addr="127.0.0.1:1"))
+            runner.submit(hook, request("refused"))
         # Both were written down before they were admitted; only the accepted one is left for a replay.
         left = Journal(str(tmp_path / "state"), "boot-2")
         assert [x.spec.request_id for x in left.claim_left_overs()] == ["kept"]
@@ -368,9 +365,7 @@ def test_a_timeout_ends_a_grandchild_that_left_the_session_and_holds_the_output(
 
 
 def test_a_timeout_holds_for_a_command_that_closed_its_output_and_runs_on(tmp_path: Path) -> None:
-    script = tmp_path / "quiet"
-    script.write_text("#!/bin/sh\necho bye\nexec >&- 2>&-\nsleep 30\n")
-    script.chmod(0o755)
+    script = shell_script(tmp_path / "quiet", "echo bye\nexec >&- 2>&-\nsleep 30\n")
     runner = CommandRunner(kill_grace=0.3)
     started = time.monotonic()
     result = runner.run(Hook(id="h", execute_command=str(script), command_timeout=0.5), request())
