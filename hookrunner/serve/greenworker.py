@@ -79,6 +79,12 @@ ACCEPT_RETRY_MAX = 1.0
 #: and a live client would wait behind every one of them.
 GONE_AT_ONCE = 8
 
+#: Stopping: how long a connection accepted just before the stop may take to send its request before it is
+#: closed unanswered (net/http's Shutdown closes a connection that has been new for 5 s). With systemd's
+#: socket (hookrunner.socket), a connection the old process accepted as it stopped is then answered by it,
+#: not reset, and those still in the backlog go to the next process.
+NEW_CONNECTION_GRACE = 5.0
+
 #: How long the unread rest of a request body may take to drain before the connection is kept alive;
 #: gunicorn's threaded worker allows as much.
 DRAIN_SECONDS = 5.0
@@ -307,9 +313,13 @@ class _Listener(gevent.server.StreamServer):
             self._gone_serving -= 1
             self._serve_gone()
 
-    def close_dormant(self) -> None:
+    def close_dormant(self, older_than: float = 0.0) -> None:
+        """Stopping: connections accepted at least `older_than` seconds ago that have sent nothing are
+        closed; a younger one keeps its chance to send its request, which is then answered."""
+        now = time.monotonic()
         for connection in list(self.dormant):
-            connection.close()
+            if now - connection.accepted >= older_than:
+                connection.close()
 
     def _resume(self) -> None:
         if self.started:
@@ -401,7 +411,9 @@ class GreenWorker(WebhookWorker, GeventWorker):
             # No cap on connections short of the descriptor limit, as net/http has none: a pool of
             # worker_connections would leave every client past it waiting in the kernel's backlog.
             pool = gevent.pool.Pool(None)
-            handle = partial(self.handle, listener)
+            # The listener's address is taken now: a connection served after a stop closed it still
+            # needs it.
+            handle = partial(self.handle, listener.getsockname())
             server = _Listener(listener, handle, pool)
             if ctx.ssl_context is None:
                 server.read_timeout = ctx.config.read_timeout
@@ -418,13 +430,17 @@ class GreenWorker(WebhookWorker, GeventWorker):
             gevent.sleep(TICK)
         for server in servers:
             server.close()  # accept nothing more
-            server.close_dormant()
+            server.close_dormant(older_than=NEW_CONNECTION_GRACE)
 
         def busy() -> bool:
-            return any(len(pool) for pool in pools) or any(server.waiting for server in servers)
+            return any(len(pool) for pool in pools) or any(
+                server.waiting or server.dormant for server in servers
+            )
 
         deadline = time.monotonic() + self.cfg.graceful_timeout
         while busy():
+            for server in servers:
+                server.close_dormant(older_than=NEW_CONNECTION_GRACE)
             for reader in list(self._readers):
                 reader.close_if_waiting()
             for tls_sock in list(self._handshaking):
@@ -438,13 +454,14 @@ class GreenWorker(WebhookWorker, GeventWorker):
                 while busy() and time.monotonic() < last:
                     gevent.sleep(TICK)
                 for server in servers:
+                    server.close_dormant()
                     server.stop(timeout=1)
                 break
             self.notify()
             gevent.sleep(TICK)
         self.finish_commands()
 
-    def handle(self, listener: Any, client: Any, addr: Any, accepted: float | None = None,
+    def handle(self, listener_name: Any, client: Any, addr: Any, accepted: float | None = None,
                head: bytes = b"") -> None:
         client.setblocking(1)
         req = None
@@ -458,7 +475,6 @@ class GreenWorker(WebhookWorker, GeventWorker):
             self._readers.add(reader)
             parser = http.get_parser(self.cfg, reader, addr)
             parser.unreader = GatedUnreader(reader)
-            listener_name = listener.getsockname()
             while True:
                 req = None
                 req = next(parser)
