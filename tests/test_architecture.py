@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "hookrunner"
 
 #: Top to bottom. A module may import from its own layer and any layer below it, never from one above.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("hookrunner.__main__",),
+    ("hookrunner.__main__", "hookrunner.manpage"),
     ("hookrunner.cli",),
     ("hookrunner.flags",),
     ("hookrunner.serve",),
