@@ -48,16 +48,24 @@ class Side:
     latencies: list[float] = field(default_factory=list)
     statuses: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    #: How long the client sent.
+    seconds: float = 0.0
 
     @property
     def answered(self) -> int:
         return len(self.latencies)
 
+    @property
+    def rate(self) -> float:
+        """Answers a second."""
+        return self.answered / self.seconds if self.seconds else 0.0
+
     def summary(self) -> str:
         first = f" (first: {self.failures[0]})" if self.failures else ""
         codes = ",".join(f"{k}x{v}" for k, v in sorted(self.statuses.items()))
+        rate = f" ({self.rate:.0f}/s)" if self.seconds else ""
         return (
-            f"{self.answered} answered [{codes}], {len(self.failures)} failed{first}, "
+            f"{self.answered} answered{rate} [{codes}], {len(self.failures)} failed{first}, "
             f"p50 {percentile(self.latencies, 0.5):.1f} ms, p99 {percentile(self.latencies, 0.99):.1f} ms"
         )
 
@@ -109,7 +117,8 @@ def flood_main(port: int, connections: int, seconds: float, source: str) -> Side
 
     for _ in range(connections):
         start(None)
-    end = time.monotonic() + seconds
+    flooding_since = time.monotonic()
+    end = flooding_since + seconds
     while state and time.monotonic() < end:
         for key, _ in selector.select(0.5):
             sock = key.fileobj
@@ -145,6 +154,7 @@ def flood_main(port: int, connections: int, seconds: float, source: str) -> Side
                 start(sock)
     for sock in list(state):
         sock.close()
+    side.seconds = time.monotonic() - flooding_since
     return side
 
 
@@ -182,7 +192,9 @@ def _spawn(*args: object) -> subprocess.Popen[bytes]:
 def _collect(process: subprocess.Popen[bytes], timeout: float) -> Side:
     out, _ = process.communicate(timeout=timeout)
     result = json.loads(out or b"{}")
-    return Side(result.get("latencies", []), result.get("statuses", {}), result.get("failures", []))
+    return Side(
+        result.get("latencies", []), result.get("statuses", {}), result.get("failures", []), result.get("seconds", 0.0)
+    )
 
 
 def flooded_neighbour(
@@ -206,5 +218,8 @@ if __name__ == "__main__":
     else:
         seen = neighbour_main(int(port_arg), float(number), float(seconds_arg), source_arg)
     sys.stdout.write(
-        json.dumps({"latencies": seen.latencies, "statuses": seen.statuses, "failures": seen.failures[:20]})
+        json.dumps({
+            "latencies": seen.latencies, "statuses": seen.statuses, "failures": seen.failures[:20],
+            "seconds": seen.seconds,
+        })
     )
