@@ -74,7 +74,8 @@ PARSE_THREADS = 2
 #: How long the waiting requests given their turns after a poll may take before the loop polls again
 #: (serve/fairness.py); at least one goes. 0: one waiting request per poll. Measured with one client
 #: flooding on 64 connections (docs/limits.md, "A flooded neighbour"): a second client's push took a
-#: median 9-16 ms with 0 and 25-27 ms with 2 ms, with no change in the flood's throughput.
+#: median of 9-16 ms with 0 and 20-27 ms with 2 ms (three runs each, load average 7-11); three later
+#: rounds of 0, 0.5 and 1 ms (load average 8-15) told them apart neither there nor in the flood's rate.
 TURNS_BUDGET = 0.0
 
 #: Go's backoff after a failed accept (net/http's Serve): 5 ms, doubled up to 1 s.
@@ -404,6 +405,10 @@ class GreenWorker(WebhookWorker, GeventWorker):
     def run(self) -> None:
         servers: list[_Listener] = []
         pools: list[gevent.pool.Pool] = []
+        loop = gevent.get_hub().loop
+        # Requests start in fair turns between clients, a round per poll of the loop (serve/fairness.py).
+        self._turns = turns = LoopTurns(loop, TURNS_BUDGET)
+        self._proxies = parse_networks(ctx.config.trusted_proxies)
         for listener in self.sockets:
             listener.setblocking(True)
             # No cap on connections short of the descriptor limit, as net/http has none: a pool of
@@ -419,11 +424,6 @@ class GreenWorker(WebhookWorker, GeventWorker):
             server.start()
             servers.append(server)
             pools.append(pool)
-        loop = gevent.get_hub().loop
-        # Requests start in fair turns between clients, a round per poll of the loop (serve/fairness.py).
-        self._turns = LoopTurns(loop, TURNS_BUDGET)
-        self._proxies = parse_networks(ctx.config.trusted_proxies)
-        turns = self._turns
 
         def after_poll() -> None:
             polled()
