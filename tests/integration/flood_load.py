@@ -1,7 +1,7 @@
-"""Issue 34's flooded neighbour, shared by tests/integration/test_fairness.py and scripts/hostile: one client
-(127.0.0.2) keeps `connections` keep-alive connections busy with pushes to a hook whose rules fail, as
-`hey -c 64` does, while a second client (127.0.0.1) sends an async push every `interval` on a fresh
-connection. Each runs in a process of its own, so that neither waits for the other's GIL.
+"""Issue 34's flooded neighbour, shared by tests/integration/test_flooded_neighbour.py and scripts/hostile:
+one client (127.0.0.2) keeps `connections` keep-alive connections busy with pushes to a hook whose rules
+fail, as `hey -c 64` does, while a second client (127.0.0.1) sends an async push every `interval` on a
+fresh connection. Each runs in a process of its own, so that neither waits for the other's GIL.
 
 Everything talks to loopback only, and every loop is bounded in time.
 """
