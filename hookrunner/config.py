@@ -51,6 +51,10 @@ class Config:
     read_timeout: float = 30.0
     validate: bool = False
     trusted_proxies: tuple[str, ...] = ()
+    # Per-client rate limits (docs/limits.md, "Rate limits"), soulteary/webhook's flags: off by default.
+    rate_limit_enabled: bool = False
+    rate_limit_rps: int = 100
+    rate_limit_burst: int = 10
     workers: int = 1
     worker_class: str = "gevent"
     # Observability (docs/observability.md): off, and webhook's own log lines, by default.

@@ -31,6 +31,8 @@ class Flag:
     #: hookrunner's own flags (not in the reference's usage text); `choices` limits a string's values.
     extension: bool = False
     choices: tuple[str, ...] = ()
+    #: An int flag that must be more than 0.
+    positive: bool = False
 
     @property
     def type_word(self) -> str:
@@ -186,6 +188,33 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("pidfile", "string", "create PID file at the given path", "pidfile", ""),
     Flag("port", "int", "port the webhook should serve hooks on", "port", 9000),
+    Flag(
+        "rate-limit-burst",
+        "int",
+        "with -rate-limit-enabled, how many requests a client may send at once before -rate-limit-rps "
+        "holds it back",
+        "rate_limit_burst",
+        10,
+        extension=True,
+        positive=True,
+    ),
+    Flag(
+        "rate-limit-enabled",
+        "bool",
+        "limit each client's hook requests (by address; with -trusted-proxies, the forwarded client's) "
+        "to -rate-limit-rps a second, answering 429 with Retry-After past it",
+        "rate_limit_enabled",
+        extension=True,
+    ),
+    Flag(
+        "rate-limit-rps",
+        "int",
+        "with -rate-limit-enabled, each client's hook requests a second, on average",
+        "rate_limit_rps",
+        100,
+        extension=True,
+        positive=True,
+    ),
     Flag(
         "read-timeout",
         "duration",
@@ -427,6 +456,8 @@ def parse_args(argv: Sequence[str], program: str = PROGRAM) -> Config:
         try:
             if flag.kind == "int":
                 values[flag.field] = parse_go_int(value)
+                if flag.positive and values[flag.field] <= 0:
+                    raise FlagValueError("must be positive")
             elif flag.kind == "list":
                 hooks.append(value)
             elif flag.kind == "duration":

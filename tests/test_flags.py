@@ -180,6 +180,10 @@ def test_worker_class_flag_picks_the_gunicorn_worker_and_defaults_to_gevent() ->
         (["-trusted-proxies", "10.0.0.0/8, 172.17.0.1", "-trusted-proxies=::1"],
          {"trusted_proxies": ("10.0.0.0/8", "172.17.0.1/32", "::1/128")}),
         (["-trusted-proxies", "10.1.2.3/8"], {"trusted_proxies": ("10.0.0.0/8",)}),
+        # soulteary/webhook's rate-limit flags, with its defaults (off; 100 a second, bursts of 10).
+        ([], {"rate_limit_enabled": False, "rate_limit_rps": 100, "rate_limit_burst": 10}),
+        (["-rate-limit-enabled", "-rate-limit-rps=5", "-rate-limit-burst", "20"],
+         {"rate_limit_enabled": True, "rate_limit_rps": 5, "rate_limit_burst": 20}),
     ],
 )
 def test_limit_flags(argv: list[str], expected: dict[str, object]) -> None:
@@ -196,6 +200,8 @@ def test_limit_flags(argv: list[str], expected: dict[str, object]) -> None:
         (["-max-body-size", "-1"], 'invalid value "-1" for flag -max-body-size: must not be negative'),
         (["-trusted-proxies", "proxy.local"],
          'invalid value "proxy.local" for flag -trusted-proxies: proxy.local is not an IP address or CIDR'),
+        (["-rate-limit-rps", "0"], 'invalid value "0" for flag -rate-limit-rps: must be positive'),
+        (["-rate-limit-burst=-3"], 'invalid value "-3" for flag -rate-limit-burst: must be positive'),
     ],
 )
 def test_limit_flag_rejections(argv: list[str], message: str) -> None:
@@ -213,5 +219,8 @@ def test_limit_flags_in_usage_with_go_defaults() -> None:
     # A zero duration shows no default, as Go's flag package leaves zero values out.
     command_timeout = text.split("  -command-timeout duration\n", 1)[1].split("\n", 1)[0]
     assert "(default" not in command_timeout
+    assert "  -rate-limit-rps int\n" in text and "  -rate-limit-burst int\n" in text
+    assert "  -rate-limit-enabled\n" in text
     # The reference's usage text (for comparisons) has none of them.
     assert "-validate" not in usage_text(extensions=False)
+    assert "-rate-limit" not in usage_text(extensions=False)

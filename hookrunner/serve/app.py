@@ -58,6 +58,7 @@ from hookrunner.serve.answers import (
     read_body,
 )
 from hookrunner.serve.proxies import forwarded_client, parse_networks
+from hookrunner.serve.ratelimit import TokenBuckets, too_fast
 from hookrunner.serve.routes import method_allowed, routed_hook
 
 #: Bodies at least this long are parsed by `Parsing.run` (off the gevent worker's event loop); shorter ones
@@ -97,6 +98,8 @@ class HookApp:
         self.global_headers = {canonical_header_key(h.name): h.value for h in config.headers}
         self.allowed_methods = config.allowed_methods
         self.trusted_proxies = parse_networks(config.trusted_proxies)
+        rps, burst = config.rate_limit_rps, config.rate_limit_burst
+        self.rate_limits = TokenBuckets(rps, burst) if config.rate_limit_enabled else None
         # -metrics: the metric objects live as long as the app (created in the master, used in the worker).
         self.metrics = metrics.enable(registry, runner) if config.metrics else None
         if self.metrics is None:
@@ -227,7 +230,8 @@ class HookApp:
         if self.config.debug:
             self.dump_request(rid)
         try:
-            response = self.handle(rid, hook_id)
+            limited = too_fast(self.rate_limits, self.client, self.global_headers)
+            response = self.handle(rid, hook_id) if limited is None else limited
         except RequestEntityTooLarge:
             log.request(rid, f"request body larger than {self.config.max_body_size} bytes, answering 413")
             metrics.record_request(self.known_id(hook_id), metrics.ERROR)
@@ -374,11 +378,21 @@ class HookApp:
         return code
 
     def remote_addr(self) -> str:
+        host, port = self.client()
+        if not host:
+            return "@"  # a unix socket peer, as Go reports it
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{host}:{port}"
+
+    def client(self) -> tuple[str, str]:
+        """The client's (address, port): the peer's, or the one a trusted proxy forwarded; ("", "") for a
+        unix socket's peer."""
         environ = request.environ
         host = environ.get("REMOTE_ADDR") or ""
         port = environ.get("REMOTE_PORT") or ""
         if not host:
-            return "@"  # a unix socket peer, as Go reports it
+            return "", ""
         if host.startswith("::ffff:") and "." in host:
             # An IPv4 peer of a dual-stack listener (the default -ip): Go prints the IPv4 address.
             host = host[len("::ffff:") :]
@@ -392,9 +406,7 @@ class HookApp:
             client = forwarded_client(self.trusted_proxies, host, values)
             if client is not None:
                 host, port = client
-        if ":" in host:
-            host = f"[{host}]"
-        return f"{host}:{port}"
+        return host, port
 
     @staticmethod
     def request_headers(environ: dict[str, Any]) -> dict[str, Any]:

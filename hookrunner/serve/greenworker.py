@@ -39,6 +39,7 @@ from gunicorn.workers.ggevent import GeventWorker
 from hookrunner.golang.syscall import errno_text
 from hookrunner.ops.log import log
 from hookrunner.serve.app import Parsing
+from hookrunner.serve.fairness import LoopTurns, client_key
 from hookrunner.serve.greenreads import (
     BodyFirst,
     DormantConnection,
@@ -49,6 +50,7 @@ from hookrunner.serve.greenreads import (
 )
 from hookrunner.serve.greenruns import GreenWaits
 from hookrunner.serve.protocol import GoChunkedReader
+from hookrunner.serve.proxies import parse_networks
 from hookrunner.serve.routes import body_first
 from hookrunner.serve.worker import WebhookWorker, ctx, handshake_expired, share_one_arena, shutdown_reading
 
@@ -68,6 +70,13 @@ GC_THRESHOLD = 20_000
 
 #: Native threads parsing big request bodies at once; more wait their turn (each is busy on the CPU).
 PARSE_THREADS = 2
+
+#: How long the waiting requests given their turns after a poll may take before the loop polls again
+#: (serve/fairness.py); at least one goes. 0: one waiting request per poll. Measured with one client
+#: flooding on 64 connections (docs/limits.md, "A flooded neighbour"): a second client's push took a
+#: median of 9-16 ms with 0 and 20-27 ms with 2 ms (three runs each, load average 7-11); three later
+#: rounds of 0, 0.5 and 1 ms (load average 8-15) told them apart neither there nor in the flood's rate.
+TURNS_BUDGET = 0.0
 
 #: Go's backoff after a failed accept (net/http's Serve): 5 ms, doubled up to 1 s.
 ACCEPT_RETRY_FIRST = 0.005
@@ -406,6 +415,10 @@ class GreenWorker(WebhookWorker, GeventWorker):
     def run(self) -> None:
         servers: list[_Listener] = []
         pools: list[gevent.pool.Pool] = []
+        loop = gevent.get_hub().loop
+        # Requests start in fair turns between clients, a round per poll of the loop (serve/fairness.py).
+        self._turns = turns = LoopTurns(loop, TURNS_BUDGET)
+        self._proxies = parse_networks(ctx.config.trusted_proxies)
         for listener in self.sockets:
             listener.setblocking(True)
             # No cap on connections short of the descriptor limit, as net/http has none: a pool of
@@ -423,8 +436,13 @@ class GreenWorker(WebhookWorker, GeventWorker):
             server.start()
             servers.append(server)
             pools.append(pool)
-        polls = gevent.get_hub().loop.check()
-        polls.start(polled)
+
+        def after_poll() -> None:
+            polled()
+            turns.polled()
+
+        polls = loop.check()
+        polls.start(after_poll)
         while self.alive:
             self.notify()
             gevent.sleep(TICK)
@@ -481,6 +499,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
                 if not req:
                     break
                 reader.request_started()
+                self._turns.take(client_key(self._proxies, addr, req.headers))
                 if not self.handle_request(listener_name, req, client, addr):
                     break
                 reader.request_done()

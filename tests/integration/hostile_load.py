@@ -35,7 +35,7 @@ def raise_fd_limit() -> int:
 
 def hooks(marker_dir: Path) -> list[dict[str, object]]:
     """The hooks both servers get: a probe target, a background run that leaves a file when it ends, a
-    queued command that takes one field, and hooks that parse JSON, XML and form bodies."""
+    queued command that takes one field, a hook whose rule fails (issue 34's flood), and hooks that parse JSON, XML and form bodies."""
     return [
         {"id": "ping", "execute-command": "/bin/true"},
         {
@@ -47,6 +47,13 @@ def hooks(marker_dir: Path) -> list[dict[str, object]]:
             "id": "slow-bg",
             "execute-command": "/bin/sleep",
             "pass-arguments-to-command": [{"source": "url", "name": "s"}],
+        },
+        {
+            "id": "guarded",
+            "execute-command": "/bin/true",
+            "trigger-rule": {
+                "match": {"type": "value", "value": "let-me-in", "parameter": {"source": "header", "name": "X-Token"}}
+            },
         },
         {"id": "json", "execute-command": "/bin/true", "incoming-payload-content-type": "application/json"},
         {"id": "xml", "execute-command": "/bin/true", "incoming-payload-content-type": "application/xml"},
