@@ -52,8 +52,8 @@ class GoResponse(gunicorn.http.wsgi.Response):
         for name, value in self.headers:
             if name in declared if declared is not None else name != "Content-Length":
                 handler.append((name, value))
-            else:
-                added.append(f"{name}: {value}\r\n")
+            elif (line := f"{name}: {value}\r\n") not in added or name != "Connection":
+                added.append(line)  # a `Connection: close` the server writes anyway is written once
         names = {name.lower() for name, _ in handler}
         if "date" in names:  # the handler's Date stands instead of the server's
             added = [line for line in added if not line.startswith("Date:")]
@@ -323,6 +323,14 @@ class GoRequest(gunicorn.http.message.Request):
         if len(lengths) > 1 and len({headers[i][1].strip(" \t") for i in lengths}) == 1:
             self.headers = [h for i, h in enumerate(headers) if i not in lengths[1:]]
         super().set_body_reader()
+        # net/http reads the length with strconv.ParseUint(value, 10, 63): a length past 2^63-1 is a bad
+        # Content-Length, a plain 400 (gunicorn takes any number, and the body limit answered it 413).
+        if lengths and int(self.headers[lengths[0]][1].strip(" \t")) > _MAX_CONTENT_LENGTH:
+            raise http_errors.InvalidHeader("CONTENT-LENGTH", req=self)
+
+
+#: The largest Content-Length net/http takes (a 63-bit unsigned number).
+_MAX_CONTENT_LENGTH = 2**63 - 1
 
 
 def _no_pause() -> None:
@@ -373,6 +381,7 @@ class GoChunkedReader(ChunkedReader):
                     raise http_errors.NoMoreData()
                 searched, data, pos = len(data) - pos, data[pos:] + more, 0
             line, pos = data[pos : end + 2], end + 2
+            _check_chunk_length(line)
             if line[:1] == b"0" and not line.strip(b"0 \t\r\n").split(b";", 1)[0]:
                 # The last chunk: gunicorn's own reader checks it and reads the trailers after it.
                 unreader.unread(data[pos:])
@@ -396,6 +405,21 @@ class GoChunkedReader(ChunkedReader):
             if data[pos : pos + 2] != b"\r\n":
                 raise http_errors.ChunkMissingTerminator(data[pos : pos + 2])
             pos += 2
+
+
+class ChunkLengthTooLarge(http_errors.InvalidChunkSize):
+    """A chunk size of more than 16 hex digits: net/http's "http chunk length too large"."""
+
+
+_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _check_chunk_length(line: bytes) -> None:
+    """net/http's parseHexUint: the 17th hex digit of a size (leading zeros count) is too large, at once;
+    a byte that is no hex digit before it is gunicorn's InvalidChunkSize."""
+    size = line.split(b";", 1)[0]
+    if len(size) > 16 and _HEX_DIGITS.issuperset(size[:17]):
+        raise ChunkLengthTooLarge(size)
 
 
 def _check_head_size(size: int) -> None:
