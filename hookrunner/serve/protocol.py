@@ -15,9 +15,13 @@ import gunicorn.http.message
 import gunicorn.http.wsgi
 from gunicorn import util as gunicorn_util
 from gunicorn.http import errors as http_errors
-from gunicorn.http.body import Body, ChunkedReader
+from gunicorn.http.body import Body, ChunkedReader, LengthReader
 
 from hookrunner.serve.context import MAX_HEAD_BYTES
+
+#: net/http reads the unread rest of a body smaller than this before it writes the answer (its
+#: maxPostHandlerReadBytes); a bigger one is left unread, and the connection closed after the answer.
+GO_DISCARD_LIMIT = 256 << 10
 
 #: The headers net/http adds to a handler's, in the order it writes them, after the handler's own.
 _SERVER_HEADERS = ("Date", "Content-Length", "Content-Type", "Connection", "Transfer-Encoding")
@@ -46,6 +50,7 @@ class GoResponse(gunicorn.http.wsgi.Response):
     def send_headers(self) -> None:
         if self.headers_sent:
             return
+        self._discard_unread_body()
         status, *added = self.default_headers()
         declared = getattr(self.req, "handler_headers", None)
         handler: list[tuple[str, str]] = []
@@ -70,6 +75,28 @@ class GoResponse(gunicorn.http.wsgi.Response):
         head = status + "".join(f"{name}: {value}\r\n" for name, value in handler) + "".join(added) + "\r\n"
         gunicorn_util.write(self.sock, head.encode("latin-1"))
         self.headers_sent = True
+
+    def _discard_unread_body(self) -> None:
+        """What net/http does before it writes the head of an answer whose handler left some of the body
+        unread (chunkWriter.writeHeader): the connection is closed after the answer (`Connection: close`)
+        when a `100 Continue` was asked for and not sent, when the rest is GO_DISCARD_LIMIT or more by its
+        declared length, or does not end within GO_DISCARD_LIMIT, or cannot be read; a shorter rest is read
+        and dropped, and the connection kept."""
+        body: Any = getattr(self.req, "body", None)
+        if body is None or self.should_close():
+            return
+        if getattr(self.req, "go_continue_pending", False) or getattr(body, "failed", False):
+            self.force_close()
+            return
+        reader = getattr(body, "reader", None)
+        if isinstance(reader, LengthReader) and reader.length >= GO_DISCARD_LIMIT:
+            self.force_close()
+            return
+        try:
+            if len(body.read(GO_DISCARD_LIMIT + 1)) > GO_DISCARD_LIMIT:
+                self.force_close()
+        except Exception:  # noqa: BLE001 - a broken or cut body: where the next request starts is unknown
+            self.force_close()
 
     def process_headers(self, headers: list[tuple[str, str]]) -> None:
         super().process_headers(headers)  # gunicorn's checks of names and values, and the body's length
@@ -434,6 +461,11 @@ class ContinueOnRead:
     def __init__(self, stream: Any, sock: Any) -> None:
         self._stream = stream
         self._sock: Any = sock
+
+    @property
+    def pending(self) -> bool:
+        """Whether the `100 Continue` is still to be sent (no read yet)."""
+        return self._sock is not None
 
     def _continue(self) -> None:
         sock, self._sock = self._sock, None

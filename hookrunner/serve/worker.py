@@ -397,6 +397,8 @@ class WebhookWorker(Worker):
             result = app(environ, start_response)
             if req is not None:
                 req.handler_headers = environ.get(HANDLER_HEADERS_KEY)
+                body = environ.get("wsgi.input")
+                req.go_continue_pending = isinstance(body, ContinueOnRead) and body.pending
             return result
 
         self.wsgi = with_header_list

@@ -783,6 +783,38 @@ CASES: list[Case] = [
         expect_body=b"arg: null\n",
         logs=("error reading the request body: http chunk length too large",),
     ),
+    # A body the handler leaves unread: net/http reads up to 256 KiB of it before it writes the head, and
+    # closes after the answer (`Connection: close`) when it breaks there or goes on past it. hookrunner
+    # kept the connection (and answered the broken rest with a second, plain 400).
+    _c(
+        "unread-chunked-body-broken",
+        "/hooks/nope",
+        raw_request=(
+            b"POST /hooks/nope HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+        ),
+        status=404,
+        expect_body=b"Hook not found.",
+        global_headers=False,
+    ),
+    _c(
+        "unread-chunk-size-over-16-hex-digits",
+        "/hooks/nope",
+        raw_request=(
+            b"POST /hooks/nope HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"10000000000000000\r\n"
+        ),
+        status=404,
+        expect_body=b"Hook not found.",
+        global_headers=False,
+    ),
+    _c(
+        "unread-body-over-256-kib",
+        "/hooks/nope",
+        raw_request=b"POST /hooks/nope HTTP/1.1\r\nHost: x\r\nContent-Length: 300000\r\n\r\n",
+        status=404,
+        expect_body=b"Hook not found.",
+        global_headers=False,
+    ),
     # strconv.ParseUint(value, 10, 63): a Content-Length past 2^63-1 is a plain 400 before any handler;
     # hookrunner answered it as a body over -max-body-size, 413.
     _c(

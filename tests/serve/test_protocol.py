@@ -437,3 +437,44 @@ def test_a_content_length_past_63_bits_is_a_plain_400() -> None:
     # The largest length it takes is taken.
     request = _parse(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 9223372036854775807\r\n\r\n")
     assert request.body.reader.length == 2**63 - 1
+
+
+# --- a body the handler left unread, as net/http's chunkWriter.writeHeader treats it --------------------
+
+
+def _head_after(request: bytes, continue_pending: bool = False) -> bytes:
+    """The head GoResponse writes for a request parsed from `request` whose handler read none of its body
+    (and sent no `100 Continue` it was asked for, with `continue_pending`)."""
+    import socket
+
+    from gunicorn.config import Config
+
+    from hookrunner.serve.protocol import GoResponse
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        req = _parse(request)
+        req.go_continue_pending = continue_pending  # as the worker marks it after the app
+        response = GoResponse(req, ours, Config())
+        response.start_response("404 Not Found", [("Content-Length", "15")])
+        response.send_headers()
+        ours.shutdown(socket.SHUT_WR)
+        head = b""
+        while chunk := theirs.recv(4096):
+            head += chunk
+    return re.sub(rb"Date: [^\r]+", b"Date: *", head)
+
+
+def test_an_unread_body_that_breaks_or_goes_past_256_kib_closes_the_connection() -> None:
+    closing = b"HTTP/1.1 404 Not Found\r\nDate: *\r\nContent-Length: 15\r\nConnection: close\r\n\r\n"
+    kept = b"HTTP/1.1 404 Not Found\r\nDate: *\r\nContent-Length: 15\r\n\r\n"
+    post = b"POST /hooks/nope HTTP/1.1\r\nHost: x\r\n"
+    chunked = post + b"Transfer-Encoding: chunked\r\n\r\n"
+    assert _head_after(chunked + b"zz\r\n") == closing  # broken
+    assert _head_after(chunked + b"10000000000000000\r\n") == closing  # too large a size
+    assert _head_after(chunked + b"40001\r\n" + b"a" * 0x40001 + b"\r\n0\r\n\r\n") == closing  # past 256 KiB
+    assert _head_after(post + b"Content-Length: 262144\r\n\r\n") == closing  # declared: not even read
+    assert _head_after(chunked + b"3\r\nabc\r\n0\r\n\r\n") == kept  # read to its end and dropped
+    assert _head_after(post + b"Content-Length: 3\r\n\r\nabc") == kept
+    # Expect: 100-continue never answered: the body is not waited for, and the connection not kept
+    assert _head_after(post + b"Expect: 100-continue\r\nContent-Length: 3\r\n\r\n", continue_pending=True) == closing
