@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import threading
@@ -31,6 +30,7 @@ from hookrunner.run.journal import Journal, LeftOver, RunSpec
 from hookrunner.run.processes import ProcessTracker, end_previous_attempt
 from hookrunner.run.scheduler import Busy, Scheduler
 from hookrunner.run.spawn import Exit, Output, StartSignal, Waits, start_process
+from hookrunner.run.tempfiles import create_temp, write_temp
 
 #: How long a background run's answer waits for its process to start, at most (the gevent worker). Under
 #: load the start waits for a core (the child's exec) behind everything else on the machine; past this the
@@ -123,28 +123,6 @@ def _exit_text(returncode: int) -> str:
     except ValueError:
         name = f"signal {sig}"
     return f"signal: {name}"
-
-
-def create_temp(folder: str, pattern: str) -> tuple[int, str]:
-    """A new file, 0600, named as Go's os.CreateTemp(folder, pattern) names it: the random part, the
-    decimal digits of a random uint32, replaces the pattern's last `*` or follows it; in `folder`, or else
-    $TMPDIR or /tmp. Returns its descriptor and name; an OSError's strerror is Go's error text."""
-    if "/" in pattern:
-        raise OSError(0, f"createtemp {pattern}: pattern contains path separator")
-    prefix, star, suffix = pattern.rpartition("*")
-    if not star:
-        prefix, suffix = pattern, ""
-    folder = folder or os.environ.get("TMPDIR") or "/tmp"
-    prefix = folder + prefix if folder.endswith("/") else f"{folder}/{prefix}"
-    for _ in range(10000):
-        name = f"{prefix}{secrets.randbits(32)}{suffix}"
-        try:
-            return os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), name
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise OSError(exc.errno, f"open {name}: {errno_text(exc)}") from exc
-    raise OSError(0, f"createtemp {prefix}*{suffix}: file already exists")
 
 
 def prepare(hook: Hook, req: Request) -> RunSpec:
@@ -419,10 +397,10 @@ class CommandRunner:
                 continue
             log.request(rid, f"writing env {envname} file {name}")
             try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
-            except OSError as exc:
-                log.request(rid, f"error writing file {name} [{exc}]")
+                write_temp(fd, name, data)
+            except OSError as exc:  # as webhook: the variable is left unset (write_temp removed the file)
+                log.request(rid, f"error writing file {name} [{exc.strerror}]")
+                continue
             files.append(name)
             envs.append(f"{envname}={name}")
 

@@ -15,6 +15,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from hookrunner.golang.sniff import detect_content_type
 from hookrunner.golang.status import status_line
 from hookrunner.ops.log import log
+from hookrunner.serve.protocol import ChunkLengthTooLarge
 
 MSG_NOT_FOUND = b"Hook not found."
 MSG_MISMATCH = b"Hook rules were not satisfied."
@@ -105,6 +106,8 @@ BODY_FAILED_KEY = "hookrunner.body_failed"
 
 def _go_body_error(exc: Exception) -> str:
     """net/http's words for a request body that cannot be read."""
+    if isinstance(exc, ChunkLengthTooLarge):
+        return "http chunk length too large"
     if isinstance(exc, http_errors.InvalidChunkSize):
         return "invalid byte in chunk length"
     if isinstance(exc, http_errors.ChunkMissingTerminator) and exc.term:

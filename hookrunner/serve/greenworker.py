@@ -52,7 +52,14 @@ from hookrunner.serve.greenruns import GreenWaits
 from hookrunner.serve.protocol import GoChunkedReader
 from hookrunner.serve.proxies import parse_networks
 from hookrunner.serve.routes import body_first
-from hookrunner.serve.worker import WebhookWorker, ctx, handshake_expired, share_one_arena, shutdown_reading
+from hookrunner.serve.worker import (
+    WebhookWorker,
+    ctx,
+    handshake_expired,
+    handshake_failed,
+    share_one_arena,
+    shutdown_reading,
+)
 
 T = TypeVar("T")
 
@@ -525,7 +532,8 @@ class GreenWorker(WebhookWorker, GeventWorker):
             util.close(client)
 
     def _handshake(self, client: Any, addr: Any) -> Any:
-        """The TLS handshake, within -read-timeout; returns the TLS socket, or None when it timed out."""
+        """The TLS handshake, within -read-timeout; returns the TLS socket, or None when it timed out or
+        failed (handshake_failed: logged, or answered as net/http answers plain HTTP)."""
         tls_sock = gevent.ssl.SSLSocket(
             sock=client,
             server_side=True,
@@ -541,6 +549,11 @@ class GreenWorker(WebhookWorker, GeventWorker):
                 tls_sock.do_handshake()
         except TimeoutError:
             handshake_expired(addr, limit)
+            util.close(tls_sock)
+            return None
+        except OSError as exc:  # ssl.SSLError included
+            if self.alive:  # (a stop ends the handshakes under way: not the client's failure)
+                handshake_failed(tls_sock, addr, exc)
             util.close(tls_sock)
             return None
         finally:

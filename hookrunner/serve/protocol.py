@@ -15,9 +15,13 @@ import gunicorn.http.message
 import gunicorn.http.wsgi
 from gunicorn import util as gunicorn_util
 from gunicorn.http import errors as http_errors
-from gunicorn.http.body import Body, ChunkedReader
+from gunicorn.http.body import Body, ChunkedReader, LengthReader
 
 from hookrunner.serve.context import MAX_HEAD_BYTES
+
+#: net/http reads the unread rest of a body smaller than this before it writes the answer (its
+#: maxPostHandlerReadBytes); a bigger one is left unread, and the connection closed after the answer.
+GO_DISCARD_LIMIT = 256 << 10
 
 #: The headers net/http adds to a handler's, in the order it writes them, after the handler's own.
 _SERVER_HEADERS = ("Date", "Content-Length", "Content-Type", "Connection", "Transfer-Encoding")
@@ -46,14 +50,15 @@ class GoResponse(gunicorn.http.wsgi.Response):
     def send_headers(self) -> None:
         if self.headers_sent:
             return
+        self._discard_unread_body()
         status, *added = self.default_headers()
         declared = getattr(self.req, "handler_headers", None)
         handler: list[tuple[str, str]] = []
         for name, value in self.headers:
             if name in declared if declared is not None else name != "Content-Length":
                 handler.append((name, value))
-            else:
-                added.append(f"{name}: {value}\r\n")
+            elif (line := f"{name}: {value}\r\n") not in added or name != "Connection":
+                added.append(line)  # a `Connection: close` the server writes anyway is written once
         names = {name.lower() for name, _ in handler}
         if "date" in names:  # the handler's Date stands instead of the server's
             added = [line for line in added if not line.startswith("Date:")]
@@ -70,6 +75,28 @@ class GoResponse(gunicorn.http.wsgi.Response):
         head = status + "".join(f"{name}: {value}\r\n" for name, value in handler) + "".join(added) + "\r\n"
         gunicorn_util.write(self.sock, head.encode("latin-1"))
         self.headers_sent = True
+
+    def _discard_unread_body(self) -> None:
+        """What net/http does before it writes the head of an answer whose handler left some of the body
+        unread (chunkWriter.writeHeader): the connection is closed after the answer (`Connection: close`)
+        when a `100 Continue` was asked for and not sent, when the rest is GO_DISCARD_LIMIT or more by its
+        declared length, or does not end within GO_DISCARD_LIMIT, or cannot be read; a shorter rest is read
+        and dropped, and the connection kept."""
+        body: Any = getattr(self.req, "body", None)
+        if body is None or self.should_close():
+            return
+        if getattr(self.req, "go_continue_pending", False) or getattr(body, "failed", False):
+            self.force_close()
+            return
+        reader = getattr(body, "reader", None)
+        if isinstance(reader, LengthReader) and reader.length >= GO_DISCARD_LIMIT:
+            self.force_close()
+            return
+        try:
+            if len(body.read(GO_DISCARD_LIMIT + 1)) > GO_DISCARD_LIMIT:
+                self.force_close()
+        except Exception:  # noqa: BLE001 - a broken or cut body: where the next request starts is unknown
+            self.force_close()
 
     def process_headers(self, headers: list[tuple[str, str]]) -> None:
         super().process_headers(headers)  # gunicorn's checks of names and values, and the body's length
@@ -323,6 +350,14 @@ class GoRequest(gunicorn.http.message.Request):
         if len(lengths) > 1 and len({headers[i][1].strip(" \t") for i in lengths}) == 1:
             self.headers = [h for i, h in enumerate(headers) if i not in lengths[1:]]
         super().set_body_reader()
+        # net/http reads the length with strconv.ParseUint(value, 10, 63): a length past 2^63-1 is a bad
+        # Content-Length, a plain 400 (gunicorn takes any number, and the body limit answered it 413).
+        if lengths and int(self.headers[lengths[0]][1].strip(" \t")) > _MAX_CONTENT_LENGTH:
+            raise http_errors.InvalidHeader("CONTENT-LENGTH", req=self)
+
+
+#: The largest Content-Length net/http takes (a 63-bit unsigned number).
+_MAX_CONTENT_LENGTH = 2**63 - 1
 
 
 def _no_pause() -> None:
@@ -373,6 +408,7 @@ class GoChunkedReader(ChunkedReader):
                     raise http_errors.NoMoreData()
                 searched, data, pos = len(data) - pos, data[pos:] + more, 0
             line, pos = data[pos : end + 2], end + 2
+            _check_chunk_length(line)
             if line[:1] == b"0" and not line.strip(b"0 \t\r\n").split(b";", 1)[0]:
                 # The last chunk: gunicorn's own reader checks it and reads the trailers after it.
                 unreader.unread(data[pos:])
@@ -398,6 +434,21 @@ class GoChunkedReader(ChunkedReader):
             pos += 2
 
 
+class ChunkLengthTooLarge(http_errors.InvalidChunkSize):
+    """A chunk size of more than 16 hex digits: net/http's "http chunk length too large"."""
+
+
+_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _check_chunk_length(line: bytes) -> None:
+    """net/http's parseHexUint: the 17th hex digit of a size (leading zeros count) is too large, at once;
+    a byte that is no hex digit before it is gunicorn's InvalidChunkSize."""
+    size = line.split(b";", 1)[0]
+    if len(size) > 16 and _HEX_DIGITS.issuperset(size[:17]):
+        raise ChunkLengthTooLarge(size)
+
+
 def _check_head_size(size: int) -> None:
     if size > MAX_HEAD_BYTES:
         raise HeadTooLarge(f"request head over {MAX_HEAD_BYTES} bytes")
@@ -410,6 +461,11 @@ class ContinueOnRead:
     def __init__(self, stream: Any, sock: Any) -> None:
         self._stream = stream
         self._sock: Any = sock
+
+    @property
+    def pending(self) -> bool:
+        """Whether the `100 Continue` is still to be sent (no read yet)."""
+        return self._sock is not None
 
     def _continue(self) -> None:
         sock, self._sock = self._sock, None

@@ -13,12 +13,7 @@ from hookrunner.config import Config
 from hookrunner.hooks.model import Hook
 from hookrunner.serve.answers import clean_path
 from hookrunner.serve.context import Registry
-
-#: net/http reads the unread rest of a body smaller than this before it writes the answer (its
-#: maxPostHandlerReadBytes); a bigger one is left unread, and the answer goes out at once, with the
-#: connection closed after it.
-GO_DISCARD_LIMIT = 256 << 10
-
+from hookrunner.serve.protocol import GO_DISCARD_LIMIT
 
 
 def routed_hook(path: str, base: str, metrics: bool, registry: Registry) -> str | None:

@@ -12,7 +12,7 @@ import gunicorn.workers.gthread
 from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
-from hookrunner.serve.worker import DeadlineSocket, WebhookWorker, ctx, handshake_expired
+from hookrunner.serve.worker import DeadlineSocket, WebhookWorker, ctx, handshake_expired, handshake_failed
 
 
 class _TimedConn(TConn):
@@ -26,16 +26,21 @@ class _TimedConn(TConn):
         limit = ctx.config.read_timeout
         timer: threading.Timer | None = None
         handle: socket.socket | None = None
+        expired = threading.Event()
         if limit > 0 and self.cfg.is_ssl:
             # The handshake reads too; a stalled one is ended by shutting the connection down under it.
             # Wrapping detaches the descriptor from self.sock, so the timer holds a duplicate of its own
             # (which also keeps the descriptor from being reused by another connection meanwhile).
             handle = self.sock.dup()
-            timer = threading.Timer(limit, _end_handshake, (handle, self.client, limit))
+            timer = threading.Timer(limit, _end_handshake, (handle, self.client, limit, expired))
             timer.daemon = True
             timer.start()
         try:
             super().init()
+        except OSError as exc:  # ssl.SSLError included; gunicorn then closes the connection
+            if self.cfg.is_ssl and self.parser is None and not expired.is_set():
+                handshake_failed(self.sock, self.client, exc)
+            raise
         finally:
             if timer is not None and handle is not None:
                 timer.cancel()
@@ -47,7 +52,8 @@ class _TimedConn(TConn):
             unreader.sock = self.reader
 
 
-def _end_handshake(sock: socket.socket, peer: Any, limit: float) -> None:
+def _end_handshake(sock: socket.socket, peer: Any, limit: float, expired: threading.Event) -> None:
+    expired.set()
     handshake_expired(peer, limit)
     try:
         sock.shutdown(socket.SHUT_RDWR)

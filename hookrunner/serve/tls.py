@@ -1,9 +1,14 @@
-"""TLS as webhook configures it: Go cipher-suite names and -tls-min-version, mapped onto Python's ssl."""
+"""TLS as webhook configures it: Go cipher-suite names and -tls-min-version, mapped onto Python's ssl;
+and a failed handshake as crypto/tls words it."""
 
 from __future__ import annotations
 
+import socket
 import ssl
+import sys
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 
 class TLSSettingError(ValueError):
@@ -97,4 +102,108 @@ def server_context(certfile: str, keyfile: str, min_text: str, go_names: str) ->
         context.set_ciphers(ciphers)
     context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     context.load_cert_chain(certfile, keyfile)
+    watch_alerts(context)
     return context
+
+
+# ------------------------------------------------------------------------------ failed handshakes
+
+#: crypto/tls's alert texts (alert.go), by alert number.
+_GO_ALERTS = {
+    0: "close notify", 10: "unexpected message", 20: "bad record MAC", 21: "decryption failed",
+    22: "record overflow", 30: "decompression failure", 40: "handshake failure", 42: "bad certificate",
+    43: "unsupported certificate", 44: "revoked certificate", 45: "expired certificate",
+    46: "unknown certificate", 47: "illegal parameter", 48: "unknown certificate authority",
+    49: "access denied", 50: "error decoding message", 51: "error decrypting message",
+    60: "export restriction", 70: "protocol version not supported", 71: "insufficient security level",
+    80: "internal error", 86: "inappropriate fallback", 90: "user canceled", 100: "no renegotiation",
+    109: "missing extension", 110: "unsupported extension", 111: "certificate unobtainable",
+    112: "unrecognized name", 113: "bad certificate status response", 114: "bad certificate hash value",
+    115: "unknown PSK identity", 116: "certificate required", 120: "no application protocol",
+}
+#: OpenSSL's reasons for a first record that is no TLS handshake, and crypto/tls's words for it.
+_NOT_TLS = frozenset(
+    {"WRONG_VERSION_NUMBER", "HTTPS_PROXY_REQUEST", "UNKNOWN_PROTOCOL", "PACKET_LENGTH_TOO_LONG"}
+)
+_ALERT_RECORD = 21
+#: Where a `struct tcp_info` holds tcpi_bytes_received (Linux 4.1 and later).
+_TCP_BYTES_RECEIVED = 128
+
+#: The last alert each socket's client sent, with its record's version (gevent's sockets have no __dict__).
+_ALERTS: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+
+#: What net/http writes, on the plain connection, to a client that sent HTTP to the TLS port.
+PLAIN_HTTP_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+
+
+def _note_alert(
+    conn: Any, direction: str, version: Any, content_type: Any, msg_type: Any, data: bytes
+) -> None:
+    """The context's message callback: keeps the last alert a client sent, with its record's version."""
+    if content_type == _ALERT_RECORD and direction == "read" and len(data) == 2:
+        try:
+            _ALERTS[conn] = (int(version), data[1])
+        except TypeError:
+            pass  # not weakly referable: the error's own reason is used
+
+
+def watch_alerts(context: ssl.SSLContext) -> None:
+    """Makes the sockets of `context` keep the alert a client ends its handshake with (go_handshake_error
+    words it as crypto/tls does). The callback is the ssl module's message callback, which Python keeps
+    for debugging (`_msg_callback`)."""
+    setattr(context, "_msg_callback", _note_alert)  # noqa: B010 (not in the typed API)
+
+
+def _bytes_received(sock: Any) -> int | None:
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    except (OSError, AttributeError):
+        return None
+    if len(info) < _TCP_BYTES_RECEIVED + 8:
+        return None
+    return int.from_bytes(info[_TCP_BYTES_RECEIVED : _TCP_BYTES_RECEIVED + 8], sys.byteorder)
+
+
+def go_addr(addr: Any) -> str:
+    """An address as net.TCPAddr's String() writes it: `host:port`, an IPv6 host in brackets, an IPv4 peer
+    of a dual-stack socket (`::ffff:a.b.c.d`) as IPv4."""
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host = str(addr[0]).removeprefix("::ffff:") if "." in str(addr[0]) else str(addr[0])
+        return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
+    return str(addr)
+
+
+def go_handshake_error(exc: OSError, sock: Any, peer: Any) -> str | None:
+    """The error crypto/tls reports for a handshake with `peer` that failed with `exc` on `sock` (net/http
+    logs it as `http: TLS handshake error from <peer>: <error>`), or None for a client that sent plain HTTP,
+    which net/http answers with PLAIN_HTTP_ANSWER and does not log.
+
+    OpenSSL's reasons are mapped to Go's texts where both see the same thing; a reason Go has no word for
+    keeps OpenSSL's text after `tls: `."""
+    reason = getattr(exc, "reason", None)
+    if reason == "HTTP_REQUEST":
+        return None
+    # The callback is given the socket's owner: the socket, or under gevent the plain socket inside it.
+    alert = _ALERTS.pop(getattr(sock, "_sock", sock), None) or _ALERTS.pop(sock, None)
+    if alert is not None and isinstance(exc, ssl.SSLError) and not isinstance(exc, ssl.SSLEOFError):
+        version, number = alert
+        if number == 0:
+            return "EOF"  # close_notify
+        if version >= ssl.TLSVersion.TLSv1_3:
+            # Go 1.19's server cannot read the alert a client sends in its second flight: it says this.
+            return "local error: tls: bad record MAC"
+        return f"remote error: tls: {_GO_ALERTS.get(number, f'alert({number})')}"
+    if isinstance(exc, ssl.SSLError) and exc.args[0] == ssl.SSL_ERROR_EOF:  # SSLEOFError's too
+        received = _bytes_received(sock)  # counts the client's FIN
+        return "EOF" if received is not None and received <= 1 else "unexpected EOF"
+    if isinstance(exc, ConnectionResetError):
+        try:
+            local = go_addr(sock.getsockname())
+        except OSError:
+            return "read: connection reset by peer"
+        return f"read tcp {local}->{go_addr(peer)}: read: connection reset by peer"
+    if reason in _NOT_TLS:
+        return "tls: first record does not look like a TLS handshake"
+    if isinstance(exc, ssl.SSLError) and reason:
+        return "tls: " + str(reason).lower().replace("_", " ")
+    return str(exc.strerror or exc)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import queue
 import re
 import signal
@@ -41,6 +42,7 @@ from hookrunner.serve.protocol import (
     go_sends_continue,
     http_date,
 )
+from hookrunner.serve.tls import PLAIN_HTTP_ANSWER, go_addr, go_handshake_error
 
 if TYPE_CHECKING:
     # Loaded only with the flag that needs them (docs/performance.md, memory at rest): watchdog with
@@ -300,6 +302,26 @@ def handshake_expired(peer: Any, limit: float) -> None:
     log.output(f"closing the connection from {peer_text(peer)}: TLS handshake not done within {limit:g}s")
 
 
+def handshake_failed(sock: Any, peer: Any, exc: OSError) -> None:
+    """A TLS handshake that failed with `exc`, as net/http handles it: a client that sent plain HTTP is
+    answered 400 on the plain connection; any other failure is logged as
+    `http: TLS handshake error from <peer>: <crypto/tls's error>`."""
+    text = go_handshake_error(exc, sock, peer)
+    if text is None:
+        try:
+            fd = sock.fileno()
+            os.set_blocking(fd, False)
+            try:
+                os.read(fd, 65536)  # what came after the request line: closing on it unread would reset
+            except BlockingIOError:
+                pass
+            os.write(fd, PLAIN_HTTP_ANSWER)
+        except OSError:
+            pass
+        return
+    log.output(f"http: TLS handshake error from {go_addr(peer)}: {text}")
+
+
 class WebhookWorker(Worker):
     """Mixed in before a gunicorn worker class: webhook's signals (HUP and USR1 reload the hooks, INT is
     as graceful as TERM), Go's answers to requests net/http refuses, the header list of each request, and
@@ -375,6 +397,8 @@ class WebhookWorker(Worker):
             result = app(environ, start_response)
             if req is not None:
                 req.handler_headers = environ.get(HANDLER_HEADERS_KEY)
+                body = environ.get("wsgi.input")
+                req.go_continue_pending = isinstance(body, ContinueOnRead) and body.pending
             return result
 
         self.wsgi = with_header_list

@@ -759,6 +759,86 @@ CASES: list[Case] = [
         ),
         expect_body=b'arg: {"a":"b"}\n',
     ),
+    # net/http's parseHexUint takes at most 16 hex digits: a 17th is "http chunk length too large" at once
+    # (a broken body: the hook runs with what came before it). hookrunner waited out -read-timeout: 408.
+    _c(
+        "chunk-size-over-16-hex-digits",
+        "/hooks/payload-dump",
+        raw_request=(
+            b"POST /hooks/payload-dump HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            b"10000000000000000\r\nabc"
+        ),
+        expect_body=b"arg: null\n",
+        logs=("error reading the request body: http chunk length too large",),
+    ),
+    _c(
+        "chunk-size-17-digits-leading-zeros",
+        "/hooks/payload-dump",
+        raw_request=(
+            b"POST /hooks/payload-dump HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+            b"00000000000000001\r\na\r\n0\r\n\r\n"
+        ),
+        expect_body=b"arg: null\n",
+        logs=("error reading the request body: http chunk length too large",),
+    ),
+    # A body the handler leaves unread: net/http reads up to 256 KiB of it before it writes the head, and
+    # closes after the answer (`Connection: close`) when it breaks there or goes on past it. hookrunner
+    # kept the connection (and answered the broken rest with a second, plain 400).
+    _c(
+        "unread-chunked-body-broken",
+        "/hooks/nope",
+        raw_request=(
+            b"POST /hooks/nope HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+        ),
+        status=404,
+        expect_body=b"Hook not found.",
+        global_headers=False,
+    ),
+    _c(
+        "unread-chunk-size-over-16-hex-digits",
+        "/hooks/nope",
+        raw_request=(
+            b"POST /hooks/nope HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"10000000000000000\r\n"
+        ),
+        status=404,
+        expect_body=b"Hook not found.",
+        global_headers=False,
+    ),
+    _c(
+        "unread-body-over-256-kib",
+        "/hooks/nope",
+        raw_request=b"POST /hooks/nope HTTP/1.1\r\nHost: x\r\nContent-Length: 300000\r\n\r\n",
+        status=404,
+        expect_body=b"Hook not found.",
+        global_headers=False,
+    ),
+    # strconv.ParseUint(value, 10, 63): a Content-Length past 2^63-1 is a plain 400 before any handler;
+    # hookrunner answered it as a body over -max-body-size, 413.
+    _c(
+        "content-length-over-63-bits",
+        "/hooks/payload-dump",
+        raw_request=(
+            b"POST /hooks/payload-dump HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 99999999999999999999999\r\n\r\n"
+        ),
+        status=400,
+        expect_body=b"400 Bad Request",
+        global_headers=False,
+    ),
+    _c(
+        "content-length-2-to-the-63",
+        "/hooks/payload-dump",
+        raw_request=(
+            b"POST /hooks/payload-dump HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 9223372036854775808\r\nConnection: close\r\n\r\n"
+        ),
+        status=400,
+        expect_body=b"400 Bad Request",
+        global_headers=False,
+    ),
     # Repeated headers: Go's Header.Get takes the first value; upstream's own handler tests send two
     # Content-Type headers (webhook_test.go adds one of its own to the row's headers).
     _c(

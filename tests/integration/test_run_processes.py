@@ -2,10 +2,12 @@
 and session (setsid, a double fork) and holds its output open is ended at -command-timeout and at shutdown,
 and the worker leaves no process and no zombie of it; after a kill -9 of the worker or of the whole tree,
 a replay never runs beside what is left of the previous attempt (sampled in /proc every 10 ms); and
-pass-file-to-command files are named as webhook names them."""
+pass-file-to-command files are named as webhook names them, and with a full TMPDIR left unset as webhook
+leaves them."""
 
 from __future__ import annotations
 
+import errno
 import http.client
 import inspect
 import json
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -362,3 +365,73 @@ def test_pass_file_names_are_named_as_webhook_names_them(tmp_path: Path) -> None
         assert int(match[1]) < 2**32 and str(int(match[1])) == match[1]
     assert len(set(ours)) == len(ours)
     assert not list(tmp_path.glob("MYF*"))  # each removed after its run
+
+
+def _fill(folder: Path) -> None:
+    """Writes to `folder` until its filesystem has no room left."""
+    with open(folder / "filler", "wb", buffering=0) as handle:
+        while True:
+            try:
+                handle.write(b"\0" * 4096)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                return
+
+
+@pytest.fixture
+def full_tmpdir(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of 64 KiB with no room left (the tests run as root, as in CI)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    folder = tmp_path / "full"
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], check=True)
+    try:
+        _fill(folder)
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def full_tmpdir_run(argv: list[str], tmpdir: Path, tmp_path: Path) -> tuple[bytes, list[str]]:
+    """What the command gets for `MYF` from a server whose TMPDIR is full, and the server's log lines about
+    files (the random part of each file name masked)."""
+    port = free_port()
+    hooks = tmp_path / f"hooks-{port}.json"
+    hooks.write_text(json.dumps([{**FILE_HOOK[0], "pass-arguments-to-command": [
+        {"source": "string", "name": "-c"}, {"source": "string", "name": 'printf "%s" "${MYF-unset}"'}]}]))
+    log_path = tmp_path / f"log-{port}"
+    with open(log_path, "wb") as err:
+        process = subprocess.Popen([*argv, "-hooks", str(hooks), "-ip", "127.0.0.1", "-port", str(port),
+                                    "-verbose"], stdout=subprocess.DEVNULL, stderr=err,
+                                   env={**os.environ, "TMPDIR": str(tmpdir)})
+    try:
+        assert wait_until(lambda: _post(port, "/") is not None, timeout=15)
+        answer = _post(port, "/hooks/file?a=secret")
+        assert answer is not None and answer[0] == 200, answer
+        assert wait_until(lambda: b"finished handling file" in log_path.read_bytes(), timeout=15)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    lines = [re.sub(r"^\[webhook\] \S+ \S+ \[\w+\] ", "", line) for line in log_path.read_text().splitlines()]
+    about_files = [re.sub(r"/MYF\d+", "/MYF<n>", line) for line in lines if "file" in line and "MYF" in line]
+    return answer[1], about_files
+
+
+@pytest.mark.reference
+def test_a_full_tmpdir_leaves_the_variable_unset_as_webhook_does(full_tmpdir: Path, tmp_path: Path) -> None:
+    # webhook 2.8.0 logs Go's error for the failed write and runs the command without the variable. It
+    # leaves the empty file behind in TMPDIR; hookrunner removes it (docs/compatibility.md).
+    theirs = full_tmpdir_run([str(REFERENCE_BINARY)], full_tmpdir, tmp_path)
+    left_by_webhook = sorted(path.name for path in full_tmpdir.glob("MYF*"))
+    for name in left_by_webhook:
+        (full_tmpdir / name).unlink()
+    ours = full_tmpdir_run([HOOKRUNNER, *HOOKRUNNER_TEST_FLAGS], full_tmpdir, tmp_path)
+    expected = [
+        f"writing env MYF file {full_tmpdir}/MYF<n>",
+        f"error writing file {full_tmpdir}/MYF<n> [write {full_tmpdir}/MYF<n>: no space left on device]",
+    ]
+    assert theirs == (b"unset", expected)
+    assert ours == theirs
+    assert len(left_by_webhook) == 1
+    assert not list(full_tmpdir.glob("MYF*"))  # not a partial or empty file left behind

@@ -1,7 +1,6 @@
 """The command runner: path lookup, argv[0], HOOK_ environment, private temp files, Go's error texts."""
 
 import os
-import re
 import stat
 import sys
 import textwrap
@@ -14,7 +13,7 @@ from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.command import resolve_command
 from hookrunner.hooks.model import Hook, Limits
 from hookrunner.hooks.request import Request
-from hookrunner.run.executor import CommandRunner, _decode_base64, create_temp
+from hookrunner.run.executor import CommandRunner, _decode_base64
 from hookrunner.run.journal import Journal
 from hookrunner.run.processes import identify
 from hookrunner.run.scheduler import Busy
@@ -295,39 +294,6 @@ def test_with_a_journal_a_run_refused_as_busy_is_finished_and_never_replayed(tmp
 def test_base64_decodes_as_go_std_encoding(text: str, decoded: bytes) -> None:
     assert _decode_base64(text) == decoded
 
-
-
-def test_temp_files_are_named_as_go_names_them(tmp_path: Path) -> None:
-    names = []
-    for _ in range(50):
-        fd, name = create_temp(str(tmp_path), "HOOK_DATA")
-        os.close(fd)
-        assert stat.S_IMODE(os.stat(name).st_mode) == 0o600
-        digits = name.removeprefix(f"{tmp_path}/HOOK_DATA")
-        # os.CreateTemp: the decimal digits of a random uint32, no padding.
-        assert digits.isdigit() and str(int(digits)) == digits and int(digits) < 2**32, name
-        names.append(name)
-    assert len(set(names)) == 50
-    fd, name = create_temp(str(tmp_path) + "/", "pre*.json")  # the last * is replaced, the folder's / kept
-    os.close(fd)
-    assert re.fullmatch(re.escape(f"{tmp_path}/pre") + r"\d+\.json", name), name
-
-
-def test_temp_file_errors_are_gos(tmp_path: Path) -> None:
-    with pytest.raises(OSError) as missing:
-        create_temp(str(tmp_path / "nope"), "HOOK_X")
-    assert re.fullmatch(re.escape(f"open {tmp_path}/nope/HOOK_X") + r"\d+: no such file or directory",
-                        missing.value.strerror), missing.value.strerror
-    with pytest.raises(OSError) as separator:
-        create_temp(str(tmp_path), "A/B")
-    assert separator.value.strerror == "createtemp A/B: pattern contains path separator"
-
-
-def test_without_a_folder_temp_files_go_to_tmpdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    fd, name = create_temp("", "HOOK_X")
-    os.close(fd)
-    assert name.startswith(f"{tmp_path}/HOOK_X")
 
 
 ESCAPING = """

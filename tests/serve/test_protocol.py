@@ -14,6 +14,7 @@ from hookrunner.serve import protocol
 from hookrunner.serve.arbiter import PARSER_OPTIONS
 from hookrunner.serve.protocol import (
     MAX_HEAD_BYTES,
+    ChunkLengthTooLarge,
     GoChunkedReader,
     GoRequest,
     go_header_block,
@@ -385,3 +386,95 @@ def test_a_handlers_connection_gives_way_to_a_close_it_does_not_say() -> None:
     assert _head(closing, frozenset({"Connection", "A"})) == (  # the handler's own close: it closes
         b"HTTP/1.1 200 OK\r\nA: 1\r\nConnection: close\r\nDate: *\r\nContent-Length: 5\r\n\r\n"
     )
+
+
+def test_a_connection_close_the_server_writes_anyway_is_written_once() -> None:
+    # The app's close after a broken body, on a connection closing anyway: one line, as net/http writes.
+    closing = [("Connection", "close"), ("Content-Length", "0")]
+    assert _head(closing, frozenset(), close=True) == (
+        b"HTTP/1.1 200 OK\r\nDate: *\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+
+
+# --- numbers net/http cannot take (issue 34) ------------------------------------------------------------
+
+
+def _chunked_error(body: bytes, step: int) -> BaseException:
+    from gunicorn.http.body import Body
+    from gunicorn.http.unreader import IterUnreader
+
+    request = _parse(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    stream = Body(GoChunkedReader(request, IterUnreader([body[i : i + step] for i in range(0, len(body), step)])))
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - which error it is, is the assertion
+        stream.read()
+    return caught.value
+
+
+#: (chunked body, the error reading it raises), as net/http's parseHexUint decides
+CHUNK_SIZES = [
+    # a 17th hex digit is too large at once, leading zeros counted: the chunk is not waited for
+    (b"10000000000000000\r\nabc", ChunkLengthTooLarge),
+    (b"00000000000000001\r\na\r\n0\r\n\r\n", ChunkLengthTooLarge),
+    (b"1\r\na\r\n10000000000000000;ext\r\nabc", ChunkLengthTooLarge),
+    # a byte that is no hex digit, up to the 17th, is a bad byte; 16 digits fit, and the chunk is waited for
+    (b"fffffffffffffffz0\r\nabc", http_errors.InvalidChunkSize),
+    (b"ffffffffffffffff\r\nabc", http_errors.NoMoreData),
+]
+
+
+@pytest.mark.parametrize("step", [1, 8192])
+def test_a_chunk_size_past_16_hex_digits_is_net_https_too_large(step: int) -> None:
+    errors = [type(_chunked_error(body, step)) for body, _ in CHUNK_SIZES]
+    assert errors == [error for _, error in CHUNK_SIZES]
+
+
+def test_a_content_length_past_63_bits_is_a_plain_400() -> None:
+    # strconv.ParseUint(value, 10, 63): webhook 2.8.0 answers these `400 Bad Request` before any handler.
+    for length in ["9223372036854775808", "99999999999999999999999", " 18446744073709551616"]:
+        with pytest.raises(http_errors.InvalidHeader) as caught:
+            _parse(f"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode())
+        assert go_parse_error(caught.value) == go_plain_error(400, "Bad Request")
+    # The largest length it takes is taken.
+    request = _parse(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 9223372036854775807\r\n\r\n")
+    assert request.body.reader.length == 2**63 - 1
+
+
+# --- a body the handler left unread, as net/http's chunkWriter.writeHeader treats it --------------------
+
+
+def _head_after(request: bytes, continue_pending: bool = False) -> bytes:
+    """The head GoResponse writes for a request parsed from `request` whose handler read none of its body
+    (and sent no `100 Continue` it was asked for, with `continue_pending`)."""
+    import socket
+
+    from gunicorn.config import Config
+
+    from hookrunner.serve.protocol import GoResponse
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        req = _parse(request)
+        req.go_continue_pending = continue_pending  # as the worker marks it after the app
+        response = GoResponse(req, ours, Config())
+        response.start_response("404 Not Found", [("Content-Length", "15")])
+        response.send_headers()
+        ours.shutdown(socket.SHUT_WR)
+        head = b""
+        while chunk := theirs.recv(4096):
+            head += chunk
+    return re.sub(rb"Date: [^\r]+", b"Date: *", head)
+
+
+def test_an_unread_body_that_breaks_or_goes_past_256_kib_closes_the_connection() -> None:
+    closing = b"HTTP/1.1 404 Not Found\r\nDate: *\r\nContent-Length: 15\r\nConnection: close\r\n\r\n"
+    kept = b"HTTP/1.1 404 Not Found\r\nDate: *\r\nContent-Length: 15\r\n\r\n"
+    post = b"POST /hooks/nope HTTP/1.1\r\nHost: x\r\n"
+    chunked = post + b"Transfer-Encoding: chunked\r\n\r\n"
+    assert _head_after(chunked + b"zz\r\n") == closing  # broken
+    assert _head_after(chunked + b"10000000000000000\r\n") == closing  # too large a size
+    assert _head_after(chunked + b"40001\r\n" + b"a" * 0x40001 + b"\r\n0\r\n\r\n") == closing  # past 256 KiB
+    assert _head_after(post + b"Content-Length: 262144\r\n\r\n") == closing  # declared: not even read
+    assert _head_after(chunked + b"3\r\nabc\r\n0\r\n\r\n") == kept  # read to its end and dropped
+    assert _head_after(post + b"Content-Length: 3\r\n\r\nabc") == kept
+    # Expect: 100-continue never answered: the body is not waited for, and the connection not kept
+    assert _head_after(post + b"Expect: 100-continue\r\nContent-Length: 3\r\n\r\n", continue_pending=True) == closing

@@ -1,4 +1,5 @@
-"""TLS settings: Go's cipher-suite list, -tls-min-version, and a real handshake with the built context."""
+"""TLS settings: Go's cipher-suite list, -tls-min-version, a real handshake with the built context; and failed
+handshakes worded as crypto/tls words them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -114,3 +116,65 @@ def test_min_version_13_refuses_a_12_client(certs: tuple[str, str, trustme.CA]) 
     client.maximum_version = ssl.TLSVersion.TLSv1_2
     with pytest.raises(ssl.SSLError):
         _handshake(context, client)
+
+
+# --- failed handshakes as crypto/tls words them (issue 34) ----------------------------------------------
+
+
+class _Sock:
+    """What go_handshake_error asks of a socket: its own address (a reset) and TCP_INFO (an EOF)."""
+
+    def __init__(self, received: int | None = None) -> None:
+        self.received = received
+
+    def getsockname(self) -> tuple[str, int]:
+        return ("::ffff:127.0.0.1", 9000)
+
+    def getsockopt(self, level: int, name: int, size: int) -> bytes:
+        if self.received is None:
+            raise OSError("no TCP_INFO")
+        return bytes(128) + self.received.to_bytes(8, sys.byteorder) + bytes(size - 136)
+
+
+def _ssl_error(reason: str, cls: type[ssl.SSLError] = ssl.SSLError, code: int = 1) -> ssl.SSLError:
+    exc = cls(code, reason.lower())
+    exc.reason = reason
+    return exc
+
+
+def test_failed_handshakes_are_worded_as_crypto_tls_words_them() -> None:
+    peer = ("::ffff:127.0.0.1", 41994)
+    eof = _ssl_error("UNEXPECTED_EOF_WHILE_READING", ssl.SSLEOFError, ssl.SSL_ERROR_EOF)
+    assert tls.go_handshake_error(eof, _Sock(received=1), peer) == "EOF"  # only the client's FIN came
+    assert tls.go_handshake_error(eof, _Sock(received=21), peer) == "unexpected EOF"
+    reset = ConnectionResetError(104, "Connection reset by peer")
+    assert tls.go_handshake_error(reset, _Sock(), peer) == (
+        "read tcp 127.0.0.1:9000->127.0.0.1:41994: read: connection reset by peer"
+    )
+    assert tls.go_handshake_error(_ssl_error("WRONG_VERSION_NUMBER"), _Sock(), peer) == (
+        "tls: first record does not look like a TLS handshake"
+    )
+    assert tls.go_handshake_error(_ssl_error("HTTP_REQUEST"), _Sock(), peer) is None  # answered, not logged
+
+
+@pytest.mark.parametrize(
+    ("version", "alert", "text"),
+    [
+        (ssl.TLSVersion.TLSv1_2, 48, "remote error: tls: unknown certificate authority"),
+        (ssl.TLSVersion.TLSv1_2, 42, "remote error: tls: bad certificate"),
+        (ssl.TLSVersion.TLSv1_2, 0, "EOF"),  # close_notify
+        (ssl.TLSVersion.TLSv1_2, 200, "remote error: tls: alert(200)"),
+        # webhook 2.8.0 (Go 1.19) says this for any alert an OpenSSL client sends in TLS 1.3
+        (ssl.TLSVersion.TLSv1_3, 48, "local error: tls: bad record MAC"),
+    ],
+)
+def test_a_clients_alert_is_worded_by_its_number_and_version(version: int, alert: int, text: str) -> None:
+    sock = _Sock()
+    tls._note_alert(sock, "read", version, 21, alert, bytes([2, alert]))  # the context's message callback
+    assert tls.go_handshake_error(_ssl_error("TLSV1_ALERT_UNKNOWN_CA"), sock, ("127.0.0.1", 1)) == text
+
+
+def test_addresses_are_written_as_go_writes_them() -> None:
+    assert tls.go_addr(("::ffff:10.0.0.1", 80)) == "10.0.0.1:80"
+    assert tls.go_addr(("::1", 80, 0, 0)) == "[::1]:80"
+    assert tls.go_addr(("127.0.0.1", 80)) == "127.0.0.1:80"
