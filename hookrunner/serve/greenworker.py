@@ -201,6 +201,8 @@ def parse_on(parsers: gevent.threadpool.ThreadPool, work: Callable[[], T]) -> T:
 DISMANTLE_STEP = 4096
 #: How many objects held by the containers of a step (all the way down) _dismantle frees with the step.
 DISMANTLE_BUDGET = 8 * DISMANTLE_STEP
+#: How many levels of containers below a step _dismantle frees with it; deeper ones are emptied later.
+DISMANTLE_DEPTH = 1024
 
 
 def _dismantle(parsed: list[Any]) -> None:
@@ -225,27 +227,51 @@ def _dismantle(parsed: list[Any]) -> None:
             del item[-DISMANTLE_STEP:]
         # Most steps hold scalars only: their types are gathered in C (freeing 12 million numbers value by
         # value took 5 s). A step with containers is freed in one go too if it holds few objects in all.
-        if any(issubclass(kind, (dict, list)) for kind in set(map(type, step))) and _holds_more(
-            step, DISMANTLE_BUDGET
-        ):
-            # Its containers are emptied next, before the rest of this one: the stack is bounded by the depth.
-            stack.extend(value for value in filter(None, step) if isinstance(value, (dict, list)))
+        if any(issubclass(kind, (dict, list)) for kind in set(map(type, step))):
+            # The containers it leaves are emptied next, before the rest of this one: the stack is bounded
+            # by the depth.
+            stack.extend(_held_apart(step, DISMANTLE_BUDGET, DISMANTLE_DEPTH))
         del step
 
 
-def _holds_more(values: list[Any], budget: int) -> bool:
-    """Whether the containers among `values` hold more than `budget` objects all the way down, counted
-    level by level in C, so that millions of small containers (`[]`, `{"b":[1]}`) are freed a step at a
-    time: walking each one in bytecode took seconds."""
-    held, level = 0, list(filter(None, values))  # empty containers hold nothing
-    while True:
-        containers = list(compress(level, map(isinstance, level, repeat((dict, list)))))
-        if not containers:
-            return False
-        held += sum(map(len, containers))
+def _containers(values: list[Any]) -> list[Any]:
+    return list(compress(values, map(isinstance, values, repeat((dict, list)))))
+
+
+def _held_apart(values: list[Any], budget: int, depth: int) -> list[Any]:
+    """The containers to empty step by step before `values` can be freed in one go. None when what the
+    containers among `values` hold all the way down, counted level by level in C, is at most `budget`
+    objects on at most `depth` levels: millions of small containers (`[]`, `{"b":[1]}`) are freed a step at
+    a time, where walking each one in bytecode took seconds. Those among `values` when they hold more.
+    Those `depth` levels down when that is deeper (XML of millions of nested elements is a chain of as many
+    one-key maps): the levels above go with the step and each level is counted once, where counting
+    `budget` levels down from each level again took hours for a chain of half a million."""
+    held, walked = 0, 0
+    level = _containers(list(filter(None, values)))  # empty containers hold nothing
+    while walked < depth:
+        if not level:
+            return []
+        if len(level) == 1 and len(level[0]) == 1:
+            # One container holding one value, level after level: followed without building lists (five
+            # times faster, for the nested XML element's one-key maps).
+            node, down = level[0], 0
+            for down in range(1, depth - walked + 1):  # noqa: B007 - how far it went is read after
+                if isinstance(node, dict):
+                    (node,) = node.values()
+                else:
+                    node = node[0]
+                if not isinstance(node, (dict, list)) or len(node) != 1:
+                    break
+            walked += down
+            held += down
+            level = [node] if node and isinstance(node, (dict, list)) else []
+            continue
+        walked += 1
+        held += sum(map(len, level))
         if held > budget:
-            return True
-        level = gc.get_referents(*containers)  # their values (and a dict's keys, which are strings)
+            return _containers(list(filter(None, values)))
+        level = _containers(gc.get_referents(*level))  # their values (and a dict's keys, which are strings)
+    return list(filter(None, level))
 
 
 class _Listener(gevent.server.StreamServer):

@@ -88,9 +88,10 @@ class Target:
             children = []
         return [pid, *(int(c) for c in children)]
 
-    def rss_mb(self) -> float:
+    def rss_mb(self, pids: list[int] | None = None) -> float:
+        """The RSS of `pids` (by default the server's process and its children) in MB, summed."""
         total = 0
-        for pid in self.pids():
+        for pid in self.pids() if pids is None else pids:
             try:
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
@@ -375,7 +376,20 @@ def json_body(size: int, kind: str) -> bytes:
     return body + b"x" if kind == "invalid" else body
 
 
-def xml_body(size: int) -> bytes:
+def xml_body(size: int, kind: str = "siblings") -> bytes:
+    """`siblings`: `<r><a/><a/>...</r>`; `nested`: `<a><a>...</a></a>` (one element per 7 bytes, issue 34's
+    3.7 million in 25 MiB); `attributes`: `<r a0="1" a1="1" .../>`, one element with all the attributes."""
+    if kind == "nested":
+        depth = max(1, size // 7)
+        return b"<a>" * depth + b"</a>" * depth
+    if kind == "attributes":
+        names = []
+        total, n = 4, 0
+        while total < size:
+            names.append(b' a%d="1"' % n)
+            total += len(names[-1])
+            n += 1
+        return b"<r" + b"".join(names) + b"/>"
     return b"<r>" + b"<a/>" * max(1, (size - 7) // 4) + b"</r>"
 
 

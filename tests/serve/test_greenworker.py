@@ -4,6 +4,8 @@ three states (waiting for a request, reading it under -read-timeout, draining it
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -154,15 +156,57 @@ def test_dismantle_empties_a_parsed_request_and_every_big_container_in_it() -> N
     assert small == [{"b": [1, 2]}, [3], []]
 
 
-def test_holds_more_counts_what_containers_hold_all_the_way_down() -> None:
-    holds_more = greenworker._holds_more
-    assert not holds_more(["a", "", None, True, [], {}] * 1000, 10)
-    assert not holds_more([[[1, 2]], {"k": [3]}], 5)  # [1, 2] and [3], then 1, 2 and 3
-    assert holds_more([[[1, 2]], {"k": [3]}], 4)
-    assert holds_more([[[[[[list(range(100))]]]]]], 50)
-    assert not holds_more([{"d": {"e": "x" * 10_000}}], 4)  # a string is one object, however long
+def test_held_apart_counts_what_containers_hold_all_the_way_down() -> None:
+    held_apart = greenworker._held_apart
+    assert held_apart(["a", "", None, True, [], {}] * 1000, 10, 100) == []
+    assert held_apart([[[1, 2]], {"k": [3]}], 5, 100) == []  # [1, 2] and [3], then 1, 2 and 3
+    assert held_apart([[[1, 2]], {"k": [3]}], 4, 100) == [[[1, 2]], {"k": [3]}]
+    deep = [[[[[list(range(100))]]]]]
+    assert held_apart([deep, "x"], 50, 100) == [deep]
+    assert held_apart([{"d": {"e": "x" * 10_000}}], 4, 100) == []  # a string is one object, however long
 
 
+def test_held_apart_cuts_a_deep_step_where_its_depth_runs_out() -> None:
+    """A step deeper than `depth` levels leaves what is `depth` levels down to later steps, and frees the
+    levels above with it; the one-value levels of a chain are followed too (nested XML elements)."""
+    held_apart = greenworker._held_apart
+    bottom = {"a": "", "b": ""}
+    chain: object = bottom
+    for _ in range(10):
+        chain = {"a": chain}
+    assert held_apart([chain], 1000, 3) == [chain["a"]["a"]["a"]]  # type: ignore[index]
+    assert held_apart([chain], 1000, 10) == [bottom]
+    assert held_apart([chain], 1000, 11) == []
+    wide = [[0, 1], [2, [3, [4, [5]]]]]
+    assert held_apart([wide], 1000, 2) == [[3, [4, [5]]]]
+
+
+_DEEP_CHAIN = """
+import sys
+from types import SimpleNamespace
+from hookrunner.serve import greenworker
+
+chain = ""
+for _ in range(int(sys.argv[1])):
+    chain = {"a": chain}
+greenworker._dismantle([SimpleNamespace(payload=chain)])
+assert chain == {}
+"""
+
+
+def test_dismantle_takes_apart_a_chain_of_many_nested_maps_level_by_level() -> None:
+    """issue 34: a 25 MiB body of 3.7 million nested XML elements is a chain of as many one-key maps. Each
+    level counted what it held `DISMANTLE_BUDGET` levels down again, so a chain of half a million was still
+    being taken apart hours after the answer, holding the memory and the collector paused (about 0.05 s
+    now for this one, in a process of its own so that a slow one can be stopped)."""
+    depth = 8 * greenworker.DISMANTLE_BUDGET
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", _DEEP_CHAIN, str(depth)], capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"a chain of {depth} maps was not taken apart within 60 s") from None
+    assert run.returncode == 0, run.stderr
 
 
 class _Client:

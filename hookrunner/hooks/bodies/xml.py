@@ -27,6 +27,27 @@ _XML_TEXT_STOPS = re.compile(rb"[<&\r>]")
 _XML_CDATA_STOPS = re.compile(rb"[\r>]")
 _XML_QUOTED_STOPS = {q: re.compile(rb"[<&\r>" + bytes([q]) + rb"]") for q in (0x22, 0x27)}
 _XML_ILLEGAL_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# The common tokens, each read in one match (a hostile body is millions of them): a start tag with an
+# ASCII name and plain attribute values, an end tag, character data up to the next tag. An ASCII name that
+# matches is a valid one. Anything else (entities, \r, non-ASCII names, CDATA, errors) is left to the
+# tokenizer, which reads byte by byte as Go does.
+_FAST_NAME = rb"[A-Za-z_:][A-Za-z0-9_:.\-]*(?![A-Za-z0-9_:.\-\x80-\xff])"
+# Plain character data: no markup, no entity, no \r, no ASCII control character XML forbids.
+_FAST_CHARS = rb"<&\r>\x00-\x08\x0b\x0c\x0e-\x1f"
+_FAST_VALUE = rb'(?:"[^"' + _FAST_CHARS + rb']*"|' + rb"'[^'" + _FAST_CHARS + rb"]*')"
+_FAST_ATTR = re.compile(rb"[ \t\r\n]*(" + _FAST_NAME + rb")[ \t\r\n]*=[ \t\r\n]*(" + _FAST_VALUE + rb")")
+_FAST_TAG_END = re.compile(rb"[ \t\r\n]*(/?)>")
+#: Which group matched last says what the token is: a start tag that ends here (_START: `<a>`, `<a/>`), one
+#: with attributes to read next, one match each (_OPEN: a single match of millions of attributes kept as
+#: many backtracking states, a GB), an end tag, character data.
+_FAST_TOKEN = re.compile(
+    rb"<(" + _FAST_NAME + rb")(?:[ \t\r\n]*(/?)>)?"
+    rb"|</(" + _FAST_NAME + rb")[ \t\r\n]*>"
+    rb"|([^" + _FAST_CHARS + rb"]+)(?=<)"
+)
+_OPEN, _START, _END, _TEXT, _OTHER = 1, 2, 3, 4, 0
+#: Distinct names a parse keeps as one string each (the open elements hold one each, millions when nested).
+_NAMES_KEPT = 1024
 
 
 class _XMLSyntaxError(Exception):
@@ -280,6 +301,8 @@ class _XMLTokenizer:
         if not self.stack:
             raise self._err(f"unexpected end element </{_local_name(name)}>")
         top = self.stack.pop()
+        if top == name:
+            return
         if _local_name(top) != _local_name(name):
             raise self._err(f"element <{_local_name(top)}> closed by </{_local_name(name)}>")
         if top != name:
@@ -368,6 +391,16 @@ class _XMLTokenizer:
                     depth += 1
 
 
+def _plain_text(raw: bytes) -> str | None:
+    """Plain character data (_FAST_CHARS) that is not all ASCII: its text, or None when it is not valid
+    UTF-8 or holds a character XML forbids (the byte-by-byte reading then finds Go's error and line)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if _XML_ILLEGAL_CHAR.search(text) else text
+
+
 def _local_name(name: str) -> str:
     # Go splits a name at its one colon when both sides are non-empty; otherwise the name is all local.
     if name.count(":") == 1:
@@ -394,30 +427,77 @@ def _proc_inst_param(param: str, content: str) -> str:
 def _xml_to_map(data: bytes) -> dict[str, Any]:
     """mxj's xmlToMapParser: the first element becomes the map; the rest of the input is never read."""
     tokenizer = _XMLTokenizer(data)
-    # Each open element: its key, `n` (its text when it has no attributes or children) and `na`.
-    frames: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+    stack = tokenizer.stack
+    fast = _FAST_TOKEN.match
+    names: dict[bytes, tuple[str, str]] = {}  # a name as written: it and its key (the local name)
+    attr_keys: dict[bytes, str] = {}
+    # Each open element, in three stacks (a hostile body nests millions): its key, its text when that came
+    # before any attribute or child (then it is the element's value), and its map of attributes and
+    # children, made when the first one comes.
+    keys: list[str] = []
+    texts: list[str | None] = []
+    nas: list[dict[str, Any] | None] = []
+    # Where the next token starts, and up to where the tokenizer has counted lines (only its errors say).
+    pos = counted = 0
     while True:
-        kind, value = tokenizer.token()
-        if kind == "start":
-            name, attrs, empty = value
-            na: dict[str, Any] = {}
-            for attr, attr_value in attrs:
-                na["-" + _local_name(attr)] = attr_value
-            frames.append((_local_name(name), {}, na))
+        match = fast(data, pos)
+        kind = _OTHER
+        if match is not None:
+            kind = match.lastindex or _OTHER
+            if kind == _START or kind == _OPEN:
+                name, key = names.get(match.group(1)) or _known(names, match.group(1))
+                na, end = None, match.end()
+                if kind == _OPEN:
+                    na, end = _attribute_map(data, end, attr_keys)
+                if end < 0:
+                    kind = _OTHER  # not a plain tag: the tokenizer reads it (and finds Go's error)
+                else:
+                    kind, empty = _START, data[end - 2] == 0x2F  # `/>`
+                    stack.append(name)
+            elif kind == _END:
+                name, key = names.get(match.group(3)) or _known(names, match.group(3))
+                if not stack or stack[-1] != name:
+                    tokenizer.line += data.count(b"\n", counted, match.end())
+                    tokenizer._pop(name)  # raises Go's error
+                stack.pop()
+            else:
+                raw = match.group(4)
+                chars = raw.decode("ascii") if raw.isascii() else _plain_text(raw)
+                if chars is None:
+                    kind = _OTHER
+            if kind != _OTHER:
+                pos = end if kind == _START else match.end()
+        if kind == _OTHER:
+            tokenizer.pos = pos
+            tokenizer.line += data.count(b"\n", counted, pos)
+            token, value = tokenizer.token()
+            pos = counted = tokenizer.pos
+            if token == "start":
+                name, attr_list, empty = value
+                key, kind = _local_name(name), _START
+                na = {"-" + _local_name(attr): attr_value for attr, attr_value in attr_list} or None
+            elif token == "end":
+                key, kind = _local_name(value), _END
+            elif token == "text":
+                chars, kind = value, _TEXT
+        if kind == _START:
+            keys.append(key)
+            texts.append(None)
+            nas.append(na)
             if not empty:
                 continue
-            tokenizer.stack.pop()
-            kind = "end"
-        if kind == "end":
-            key, n, na = frames.pop()
+            stack.pop()
+            kind = _END
+        if kind == _END:
+            key, text, na = keys.pop(), texts.pop(), nas.pop()
             # mxj v2.7.0: text before any child wins and the children are dropped (`<a>t<b/></a>` is "t").
-            if not n:
-                n[key] = na if na else ""
-            if not frames:
-                return n
-            parent_na = frames[-1][2]
-            child = n[key]
-            if key in parent_na:
+            child: Any = text if text is not None else (na or "")
+            if not keys:
+                return {key: child}
+            parent_na = nas[-1]
+            if parent_na is None:
+                nas[-1] = {key: child}
+            elif key in parent_na:
                 existing = parent_na[key]
                 # An element's own value is never a list, so a list here is one this loop built.
                 if isinstance(existing, list):
@@ -426,14 +506,48 @@ def _xml_to_map(data: bytes) -> dict[str, Any]:
                     parent_na[key] = [existing, child]
             else:
                 parent_na[key] = child
-        elif kind == "text" and frames:
-            text = value.strip(_MXJ_TRIM)
-            if text:
-                key, n, na = frames[-1]
+        elif kind == _TEXT and keys and chars:
+            chars = chars.strip(_MXJ_TRIM)
+            if chars:
+                na = nas[-1]
                 if na:
-                    na["#text"] = text
+                    na["#text"] = chars
                 else:
-                    n[key] = text
+                    texts[-1] = chars
+
+
+def _known(names: dict[bytes, tuple[str, str]], raw: bytes) -> tuple[str, str]:
+    """An ASCII name _FAST_NAME matched, and its local name; kept in `names` while there are few."""
+    name = raw.decode("ascii")
+    known = name, _local_name(name)
+    if len(names) < _NAMES_KEPT:
+        names[raw] = known
+    return known
+
+
+def _attribute_map(data: bytes, pos: int, attr_keys: dict[bytes, str]) -> tuple[dict[str, Any] | None, int]:
+    """A start tag's plain attributes from `pos` on, as `-name` keys, and where the tag ends; (None, -1) if
+    it is not plain to its end (see _FAST_CHARS)."""
+    na: dict[str, Any] = {}
+    attr = _FAST_ATTR.match(data, pos)
+    while attr is not None:
+        raw = attr.group(2)[1:-1]
+        value = raw.decode("ascii") if raw.isascii() else _plain_text(raw)
+        if value is None:
+            return None, -1
+        raw = attr.group(1)
+        key = attr_keys.get(raw)
+        if key is None:
+            key = "-" + _local_name(raw.decode("ascii"))
+            if len(attr_keys) < _NAMES_KEPT:
+                attr_keys[raw] = key
+        na[key] = value
+        pos = attr.end()
+        attr = _FAST_ATTR.match(data, pos)
+    end = _FAST_TAG_END.match(data, pos)
+    if end is None:
+        return None, -1
+    return na or None, end.end()
 
 
 def parse_xml_payload(body: bytes) -> dict[str, Any]:
