@@ -14,6 +14,7 @@ import yaml
 from hookrunner.errors import HooksFileError
 from hookrunner.golang.decode import go_string, yaml_v2_scalar
 from hookrunner.golang.strconv import quote
+from hookrunner.golang.yamljson import json_tree
 
 
 class YamlV2Loader(yaml.SafeLoader):
@@ -392,7 +393,14 @@ def yaml_v2_error(exc: yaml.YAMLError, text: str) -> str:
 
 
 def yaml_tree(text: str) -> Any:
-    """A hooks file's text as ghodss/yaml hands it to encoding/json: yaml.v2's values, keys as strings."""
+    """A hooks file's text as ghodss/yaml hands it to encoding/json: yaml.v2's values, keys as strings.
+    A file that is plain JSON is read by the C JSON parser where that gives the same tree (yamljson.py)."""
+    tree = json_tree(text)
+    return tree if tree is not None else exact_yaml_tree(text)
+
+
+def exact_yaml_tree(text: str) -> Any:
+    """yaml_tree() by the YAML reader alone (YamlV2Loader), whatever the text."""
     try:
         return _string_keys(yaml.load(text, Loader=YamlV2Loader))
     except yaml.YAMLError as exc:
