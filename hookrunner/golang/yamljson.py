@@ -27,20 +27,31 @@ _LONGEST_KEY = 160
 # Deeper trees are left to the exact reader, which refuses what PyYAML cannot recurse into (at about 300
 # levels; docs/compatibility.md): what is served stays what that reader would serve. Real files nest < 20.
 _DEEPEST = 100
+_SHARED_TEXT = 64
 
 
 class _Differs(Exception):
     """What the JSON reading found that yaml.v2 may read otherwise."""
 
 
-def _mapping(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    mapping = dict(pairs)
-    if len(mapping) != len(pairs):  # a duplicate key: left to the exact reader
-        raise _Differs
-    for key in mapping:
-        if len(key) > _LONGEST_KEY or key == "<<":
+class _Mappings:
+    """json.loads' object_pairs_hook: a dict per JSON object, refusing what yaml.v2 could read otherwise.
+    Short strings are kept once per file (`/bin/true`, `payload` and the like repeat in every hook)."""
+
+    def __init__(self) -> None:
+        self._texts: dict[str, str] = {}
+
+    def __call__(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        mapping = dict(pairs)
+        if len(mapping) != len(pairs):  # a duplicate key: left to the exact reader
             raise _Differs
-    return mapping
+        texts = self._texts
+        for key, value in mapping.items():
+            if len(key) > _LONGEST_KEY or key == "<<":
+                raise _Differs
+            if type(value) is str and len(value) <= _SHARED_TEXT:
+                mapping[key] = texts.setdefault(value, value)
+        return mapping
 
 
 def _constant(text: str) -> Any:
@@ -66,7 +77,7 @@ def json_tree(text: str) -> Any | None:
     try:
         tree = json.loads(
             body,
-            object_pairs_hook=_mapping,
+            object_pairs_hook=_Mappings(),
             parse_int=yaml_v2_scalar,
             parse_float=yaml_v2_scalar,
             parse_constant=_constant,

@@ -24,7 +24,11 @@ def parse_hooks(text: str) -> list[Hook]:
     if not isinstance(data, list):
         raise HooksFileError(f"json: cannot unmarshal {json_kind(data)} into Go value of type hook.Hooks")
     try:
-        return [decode_hook(item) if item is not None else Hook() for item in data]
+        hooks = []
+        for index, item in enumerate(data):
+            hooks.append(decode_hook(item) if item is not None else Hook())
+            data[index] = None  # each entry freed once decoded: its memory holds the next hooks
+        return hooks
     except HooksFileError:
         raise
     except (ValueError, TypeError) as exc:  # a rule the rules module refuses

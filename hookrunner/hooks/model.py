@@ -23,7 +23,7 @@ from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.rules import parse_rule
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Limits:
     """A hook's limits: `max_concurrency` 0 means unlimited; `max_queue` 0 means reject at the limit."""
 
@@ -33,7 +33,7 @@ class Limits:
     retry_after: int = 5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Hook:
     """One entry of a hooks file, with every field of upstream's Hook-Definition.md."""
 
