@@ -11,7 +11,7 @@ from hookrunner.golang.decode import yaml_v2_scalar
 
 # Characters outside libyaml's printable set (its reader refuses them, or, for NEL, LS and PS, reads them as
 # line breaks), a BOM anywhere, and the surrogates that stand for bytes that are not UTF-8.
-_NOT_PLAIN_TEXT = re.compile(
+NOT_PLAIN_TEXT = re.compile(
     "[^\t\n\r\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
 )
 # Escapes whose meaning differs: yaml.v2 refuses `\/` and an escaped UTF-16 surrogate, which JSON reads (a
@@ -70,7 +70,7 @@ def json_tree(text: str) -> Any | None:
     body = text.strip(" \r\n")
     if body[:1] not in ("[", "{") or body[-1:] not in ("]", "}"):
         return None
-    if _NOT_PLAIN_TEXT.search(text) or _ESCAPE_APART.search(text):
+    if NOT_PLAIN_TEXT.search(text) or _ESCAPE_APART.search(text):
         return None
     if any(colon in text for colon in _BLANK_COLONS) and _KEY_APART.search(text):
         return None
