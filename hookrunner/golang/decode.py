@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import struct
@@ -104,16 +105,25 @@ def _fold(key: str) -> str:
     return key.replace("\u212a", "k").replace("\u017f", "s").lower()
 
 
+@functools.cache
+def _by_fold(names: tuple[str, ...]) -> tuple[frozenset[str], dict[str, str]]:
+    # Asked once per decoded object with the same few tuples of names: made once per tuple.
+    return frozenset(names), {_fold(name): name for name in names}
+
+
 def fields(data: Mapping[Any, Any], names: tuple[str, ...]) -> list[tuple[str, Any]]:
     """(field, value) pairs in the order Go decodes them: ghodss re-marshals the object, so keys sorted.
 
     Each key goes to the field it names exactly, else to one it names ignoring case; a later key
     overwrites (or, for objects and lists, merges into) what an earlier one decoded.
     """
-    by_fold = {_fold(name): name for name in names}
+    exact, by_fold = _by_fold(names)
+    if all(type(k) is str for k in data):  # as in any JSON file: each key is its own text, and unique
+        return [(key if key in exact else by_fold[_fold(key)], data[key]) for key in sorted(data)
+                if key in exact or _fold(key) in by_fold]
     pairs = []
     for key in sorted(go_string(k) for k in data):
-        name = key if key in names else by_fold.get(_fold(key))
+        name = key if key in exact else by_fold.get(_fold(key))
         if name is not None:
             pairs.append((name, _lookup_key(data, key)))
     return pairs

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Argument:
     """A value taken from the request: `source` + `name`, with `envname`/`base64decode` for env and files."""
 

@@ -3,6 +3,7 @@ the way webhook's YAML -> JSON -> struct decoding does."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.rules import parse_rule
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Limits:
     """A hook's limits: `max_concurrency` 0 means unlimited; `max_queue` 0 means reject at the limit."""
 
@@ -32,7 +33,7 @@ class Limits:
     retry_after: int = 5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Hook:
     """One entry of a hooks file, with every field of upstream's Hook-Definition.md."""
 
@@ -70,12 +71,19 @@ ARGUMENT_FIELDS = ("source", "name", "envname", "base64decode")
 _HEADER_FIELDS = ("name", "value")
 
 
+@functools.cache
+def _lowered(spec: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(name.lower() for name in spec)
+
+
 def _known(data: Any, spec: Sequence[str], where: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The fields encoding/json would fill (exact name, else ignoring case; a later key wins) and the rest."""
     if not isinstance(data, dict):
         raise HooksFileError(f"json: cannot unmarshal {json_kind(data)} into Go value of type {where}")
     known = dict(fields(data, tuple(spec)))
-    folded = {name.lower() for name in spec}
+    folded = _lowered(tuple(spec))
+    if all(type(k) is str for k in data):
+        return known, {k: v for k, v in data.items() if k.lower() not in folded}
     extra = {go_string(k): v for k, v in data.items() if go_string(k).lower() not in folded}
     return known, extra
 
@@ -187,8 +195,17 @@ HOOK_FIELDS.update(
 )
 
 
+#: What each field decodes to when its key is missing or null, as the decoders give it (decoded once here).
+_ABSENT = {attr: decode(None, f"Hook.{key}") for key, (attr, decode) in HOOK_FIELDS.items()}
+_WHERE = {key: f"Hook.{key}" for key in HOOK_FIELDS}
+
+
 def decode_hook(data: Any) -> Hook:
     """One Hook from one decoded list entry; raises HooksFileError where Go's decoding fails."""
     known, extra = _known(data, (*HOOK_FIELDS, *LIMIT_FIELDS), "hook.Hook")
-    values = {attr: decode(known.get(key), f"Hook.{key}") for key, (attr, decode) in HOOK_FIELDS.items()}
+    values = dict(_ABSENT)
+    for key, (attr, decode) in HOOK_FIELDS.items():  # in this order: the first field's error is told
+        value = known.get(key)
+        if value is not None:
+            values[attr] = decode(value, _WHERE[key])
     return Hook(**values, limits=_limits(known, "Hook."), extra=extra)

@@ -57,8 +57,16 @@ def canon(value: Any) -> Any:
 def hookrunner_reads(data: bytes) -> tuple[str, Any]:
     """("ok", tree) or ("error", message): hookrunner's reading of a hooks file's bytes."""
     try:
-        return "ok", canon(read_hooks_yaml(data))
-    except (HooksFileError, Unsupported) as exc:
+        return hookrunner_reads_tree(read_hooks_yaml(data))
+    except HooksFileError as exc:
+        return "error", str(exc)
+
+
+def hookrunner_reads_tree(tree: Any) -> tuple[str, Any]:
+    """A tree read from a file as hookrunner_reads() gives it: JSON's refusals (±Inf, NaN) an error."""
+    try:
+        return "ok", canon(tree)
+    except Unsupported as exc:
         return "error", str(exc)
 
 
