@@ -461,5 +461,7 @@ class WebhookWorker(Worker):
         started = self._stop_started or time.monotonic()
         grace = ctx.config.shutdown_timeout
         ctx.runner.shutdown(max(0.0, grace - (time.monotonic() - started)))
+        if ctx.runner.journal is not None:
+            ctx.runner.journal.close()  # finishes kept while the disk was full are written now if they can
         if self._history_feed is not None:
             self._history_feed.flush(1.0)
