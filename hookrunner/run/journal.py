@@ -19,7 +19,9 @@ logged once, counted, and not used: hooks keep being served, without journaling.
 cannot write (a full or failing disk) stays on and tells the truth: a run it cannot record raises
 JournalUnwritable (the request is refused, never answered as if it were kept), a finish it cannot write is
 kept in memory and written before anything else once writes succeed again, tried again every `retry_every`
-seconds meanwhile, and `writable()` says whether writes succeed (readiness). Nothing here knows HTTP, and
+seconds meanwhile, and `writable()` says whether writes succeed (readiness). A kept finish is also written
+at once to the finish ledger (run/finishledger.py), which needs no new space, so that a process that dies
+before the disk has room leaves it for the next claim, which does not replay it. Nothing here knows HTTP, and
 nothing it stores is ever logged: the rows hold secrets.
 """
 
@@ -37,6 +39,7 @@ from typing import TypeVar
 
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
+from hookrunner.run.finishledger import FinishLedger
 from hookrunner.run.processes import ProcessId
 
 #: The schema this hookrunner writes; a journal with a higher PRAGMA user_version is refused, one with a
@@ -193,6 +196,9 @@ class Journal:
         self._last_try = 0.0
         self._retrier: threading.Thread | None = None
         self._closed = threading.Event()
+        #: Kept finishes that are in the ledger (durable already); None: no ledger (it could not be made).
+        self._ledger: FinishLedger | None = None
+        self._in_ledger: set[int] = set()
         try:
             create_private_file(state_dir, FILE_NAME)
             self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
@@ -225,6 +231,11 @@ class Journal:
         except JournalError:
             self._db.close()
             raise
+        try:
+            self._ledger = FinishLedger(state_dir)
+        except OSError as exc:
+            log.output(f"run journal: cannot make {exc.filename}: {exc.strerror or exc}; finishes that the "
+                       "journal cannot write are kept in memory only")
 
     @property
     def enabled(self) -> bool:
@@ -245,10 +256,13 @@ class Journal:
             try:
                 self._write_kept()
             except self._failures as exc:
-                ids = " ".join(str(run_id) for run_id in sorted(self._kept))
-                log.output(f"run journal {self.path}: cannot mark run(s) {ids} finished: {exc}; "
-                           "the next start runs them again")
+                lost = sorted(set(self._kept) - self._in_ledger)
+                if lost:
+                    log.output(f"run journal {self.path}: cannot mark run(s) {' '.join(map(str, lost))} "
+                               f"finished: {exc}; the next start runs them again")
             self._db.close()
+            if self._ledger is not None:
+                self._ledger.close()
 
     def writable(self) -> bool:
         """Whether the journal's writes succeed (readiness); while they fail, each call tries them again (the
@@ -316,6 +330,9 @@ class Journal:
         self._db.execute("COMMIT")
         self._kept.clear()
         self._finished_since_prune += len(kept)
+        if self._ledger is not None and self._in_ledger:
+            self._ledger.remove(self._in_ledger)  # if it cannot, the ids left there are still true
+            self._in_ledger.clear()
 
     def record(self, spec: RunSpec) -> int | None:
         """Write an accepted run, durably; its row id, or None when the journal is closed. Raises
@@ -370,7 +387,9 @@ class Journal:
             if not self._enabled:
                 return
             self._kept.update((run_id, exit_status) for run_id in run_ids)
-            self._write_locked("mark a run finished", lambda: None)
+            written = self._write_locked("mark a run finished", lambda: None)[0]
+            if not written and self._ledger is not None and self._ledger.add(run_ids):
+                self._in_ledger.update(run_ids)
         if self._finished_since_prune >= max(self.keep // 10, 100):
             self.prune()
 
@@ -397,8 +416,13 @@ class Journal:
 
         def claim() -> list[LeftOver]:
             me = self.owner
+            done = self._ledger.ids() if self._ledger is not None else set()
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                self._db.executemany(
+                    _FINISH + " AND state != ?",
+                    [(FINISHED, "finished while the journal could not write", i, FINISHED) for i in done],
+                )
                 rows = self._db.execute(
                     "SELECT id, hook, request_id, accepted_at, owner, spec, processes FROM runs "
                     "WHERE state IN (?, ?) ORDER BY id",
@@ -424,6 +448,8 @@ class Journal:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+            if self._ledger is not None and done:
+                self._ledger.remove(done - self._in_ledger)  # this process's own are freed once written
             return claimed
 
         result = self._write("claim left-over runs", claim)[1]

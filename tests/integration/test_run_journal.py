@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sqlite3
+import struct
 import subprocess
 import sys
 import threading
@@ -462,3 +463,35 @@ def test_a_full_disk_refuses_runs_keeps_finishes_and_replays_nothing_that_finish
     assert "replaying run" not in again.log and "unfinished run(s)" not in again.log, again.log
     assert Counter(lines(record, "start")) == Counter([*accepted, "1000"]), record.read_text()
     assert Counter(lines(record, "end")) == Counter([*accepted, "1000"]), record.read_text()
+
+
+def ledger_ids(state: Path) -> set[int]:
+    """The run ids in the finish ledger (journal.finished: little-endian 64-bit slots, 0 free)."""
+    path = state / "journal.finished"
+    data = path.read_bytes() if path.exists() else b""
+    return {value for (value,) in struct.iter_unpack("<q", data) if value > 0}
+
+
+def test_runs_that_finished_on_a_full_disk_are_not_replayed_after_a_kill_9(
+    tmp_path: Path, servers: list[Server], small_disk: Path
+) -> None:
+    record, gate, state = tmp_path / "record", tmp_path / "gate", small_disk / "state"
+    flags = ("-state-dir", str(state))
+    server = start(tmp_path, servers, [recorder_hook(record, gate)], *flags)
+    for seq in (1, 2, 3):
+        assert server.request("POST", f"/hooks/build?seq={seq}")[0] == 200
+    assert wait_until(lambda: sorted(lines(record, "start")) == ["1", "2", "3"], timeout=15), record.read_text()
+    filler = fill(small_disk)
+    gate.touch()
+    # They finish while the disk is full: the database cannot take it, the ledger's slots can.
+    assert wait_until(lambda: ledger_ids(state) == {1, 2, 3}, timeout=15), (ledger_ids(state), server.log)
+    assert states(state) == {"running": 3}
+    kill_tree(server, record)  # before the disk has room again: what the worker kept in memory is gone
+    filler.unlink()
+    again = start(tmp_path, servers, [recorder_hook(record, gate)], *flags)
+    assert wait_until(lambda: states(state) == {"finished": 3}, timeout=15), states(state)
+    assert ledger_ids(state) == set()
+    assert again.stop() == 0
+    assert "replaying run" not in again.log and "unfinished run(s)" not in again.log, again.log
+    assert Counter(lines(record, "start")) == {"1": 1, "2": 1, "3": 1}, record.read_text()
+    assert Counter(lines(record, "end")) == {"1": 1, "2": 1, "3": 1}, record.read_text()

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from hookrunner.ops import metrics
+from hookrunner.run.finishledger import NAME as LEDGER
+from hookrunner.run.finishledger import FinishLedger
 from hookrunner.run.journal import (
     FILE_NAME,
     RETRY_AFTER,
@@ -184,7 +186,7 @@ def test_folder_and_files_are_private(tmp_path: Path) -> None:
     journal.record(spec())
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     names = sorted(p.name for p in state.iterdir())
-    assert names == [FILE_NAME, FILE_NAME + "-shm", FILE_NAME + "-wal"]
+    assert names == [LEDGER, FILE_NAME, FILE_NAME + "-shm", FILE_NAME + "-wal"]
     for path in state.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     db = sqlite3.connect(state / FILE_NAME)
@@ -387,24 +389,66 @@ def test_a_kept_finish_is_written_by_the_journal_itself_once_the_disk_takes_it(
     assert logged.getvalue().count("writes succeed again") == 1
 
 
-def test_closing_writes_the_kept_finishes_or_names_the_runs_it_could_not(
+def test_closing_writes_the_kept_finishes_or_leaves_them_in_the_ledger(
     tmp_path: Path, logged: io.StringIO, journals: Callable[..., Journal]
 ) -> None:
     journal = journals()
-    assert [journal.record(spec(n)) for n in (1, 2)] == [1, 2]
+    assert [journal.record(spec(n)) for n in (1, 2, 3)] == [1, 2, 3]
     with failing_disk(tmp_path):
         journal.finished([1], "exit status 0")
     journal.close()  # the disk takes it now
-    assert on_disk(tmp_path) == {1: "finished", 2: "accepted"}
+    assert on_disk(tmp_path) == {1: "finished", 2: "accepted", 3: "accepted"}
+    assert not FinishLedger(str(tmp_path)).ids()  # written to the database: the ledger is free again
 
-    other = tmp_path / "other"
-    journal = journals(other)
-    assert [journal.record(spec(n)) for n in (1, 2)] == [1, 2]
-    with failing_disk(other):
+    journal = journals(boot="boot-2")
+    assert journal.claim_left_overs() != []
+    with failing_disk(tmp_path):
         journal.finished([2], "exit status 0")
         journal.close()
-    assert on_disk(other) == {1: "accepted", 2: "accepted"}
-    assert f"run journal {other / FILE_NAME}: cannot mark run(s) 2 finished: disk I/O error" in logged.getvalue()
+    assert on_disk(tmp_path) == {1: "finished", 2: "accepted", 3: "accepted"}
+    assert FinishLedger(str(tmp_path)).ids() == {2}
+    assert "the next start runs them again" not in logged.getvalue()
+    # The next start does not replay it, and frees its slot.
+    again = journals(boot="boot-3")
+    assert [left.spec.request_id for left in again.claim_left_overs()] == ["req-3"]
+    assert on_disk(tmp_path) == {1: "finished", 2: "finished", 3: "accepted"}
+    assert not FinishLedger(str(tmp_path)).ids()
+
+
+# A worker that dies (kill -9, the OOM killer) while its disk is full, after a run finished: the finish could
+# not go to the database, and the process that kept it in memory is gone.
+DIES_WHILE_FULL_CHILD = """
+import os, resource, signal, sys
+from hookrunner.run.journal import Journal, RunSpec
+from hookrunner.run.processes import ProcessId
+state = sys.argv[1]
+journal = Journal(state, "boot-1", retry_every=3600)
+for n in (1, 2):
+    journal.record(RunSpec("deploy", f"req-{n}", "/bin/true", ("/bin/true",), (), (), "/"))
+journal.started(1, ProcessId(os.getpid(), 1))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+wal = os.path.join(state, "journal.sqlite3-wal")
+resource.setrlimit(resource.RLIMIT_FSIZE, (os.stat(wal).st_size, resource.RLIM_INFINITY))
+journal.finished([1], "exit status 0")
+print(journal.writable(), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_run_that_finished_while_the_disk_was_full_is_not_replayed_after_a_kill_9(tmp_path: Path) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", DIES_WHILE_FULL_CHILD, str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, (child.returncode, child.stdout, child.stderr)
+    assert child.stdout.split() == ["False"]  # the journal could not write when it died
+    assert on_disk(tmp_path) == {1: "running", 2: "accepted"}
+    again = Journal(str(tmp_path), "boot-2")
+    try:
+        assert [left.spec.request_id for left in again.claim_left_overs()] == ["req-2"]
+        assert on_disk(tmp_path) == {1: "finished", 2: "accepted"}
+    finally:
+        again.close()
 
 
 # A serving process that dies as the kernel's OOM killer ends it: SIGKILL, in the middle of a journal write.
