@@ -199,6 +199,9 @@ class Journal:
         #: Kept finishes that are in the ledger (durable already); None: no ledger (it could not be made).
         self._ledger: FinishLedger | None = None
         self._in_ledger: set[int] = set()
+        #: Called (once) by the next record that succeeds, in its caller's thread, before it returns: set when
+        #: the claim of left-over runs could not be written, so that they are claimed once the disk has room.
+        self.claim_later: Callable[[], None] | None = None
         try:
             create_private_file(state_dir, FILE_NAME)
             self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
@@ -224,7 +227,9 @@ class Journal:
                 self._db.execute("ALTER TABLE runs ADD COLUMN processes TEXT NOT NULL DEFAULT '[]'")
             if version < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self._db.execute("SELECT count(*) FROM runs").fetchone()
+            #: Rows up to this id were written before this process opened the journal: a row of its own
+            #: owner among them is a dead worker's that had the same pid (claimed), any later one is its own.
+            self._opened_at_id = int(self._db.execute("SELECT coalesce(max(id), 0) FROM runs").fetchone()[0])
         except sqlite3.Error as exc:
             self._db.close()
             raise JournalError(f"cannot use {self.path}: {exc}") from exc
@@ -352,6 +357,10 @@ class Journal:
         if not written or run_id is None:
             raise JournalUnwritable(self.path)
         metrics.record_journal("journaled")
+        with self._lock:
+            claim, self.claim_later = self.claim_later, None
+        if claim is not None:
+            claim()
         return run_id
 
     def started(self, run_id: int, leader: ProcessId) -> None:
@@ -411,8 +420,9 @@ class Journal:
             metrics.record_journal("pruned", count)
         return count
 
-    def claim_left_overs(self) -> list[LeftOver]:
-        """Take over, atomically, the unfinished runs of processes that are gone, oldest first."""
+    def claim_left_overs(self) -> list[LeftOver] | None:
+        """Take over, atomically, the unfinished runs of processes that are gone, oldest first; None when the
+        claim cannot be written (a full disk): nothing is claimed, and it may be tried again later."""
 
         def claim() -> list[LeftOver]:
             me = self.owner
@@ -431,6 +441,8 @@ class Journal:
                 claimed: list[LeftOver] = []
                 for run_id, hook, request_id, accepted_at, owner, spec, processes in rows:
                     boot, _, pid = str(owner).rpartition(":")
+                    if owner == me and run_id > self._opened_at_id:
+                        continue  # this process's own run (a claim tried again after a full disk)
                     if boot == self.boot_id and pid.isdigit() and owner != me and _pid_alive(int(pid)):
                         continue  # a live sibling worker's run
                     try:
@@ -452,8 +464,8 @@ class Journal:
                 self._ledger.remove(done - self._in_ledger)  # this process's own are freed once written
             return claimed
 
-        result = self._write("claim left-over runs", claim)[1]
-        return result or []
+        written, result = self._write("claim left-over runs", claim)
+        return result if written else None
 
     def counts(self) -> dict[str, int]:
         """Rows by state (for tests and diagnostics)."""

@@ -495,3 +495,35 @@ def test_runs_that_finished_on_a_full_disk_are_not_replayed_after_a_kill_9(
     assert "replaying run" not in again.log and "unfinished run(s)" not in again.log, again.log
     assert Counter(lines(record, "start")) == {"1": 1, "2": 1, "3": 1}, record.read_text()
     assert Counter(lines(record, "end")) == {"1": 1, "2": 1, "3": 1}, record.read_text()
+
+
+def test_left_over_runs_a_full_disk_kept_from_being_claimed_are_replayed_once_it_has_room(
+    tmp_path: Path, servers: list[Server], small_disk: Path
+) -> None:
+    record, gate, state = tmp_path / "record", tmp_path / "gate", small_disk / "state"
+    flags = ("-state-dir", str(state))
+    server = start(tmp_path, servers, [recorder_hook(record, gate)], *flags, "-max-concurrent-commands", "1")
+    accept_five(server, record)
+    kill_tree(server, record)
+    filler = fill(small_disk)
+    gate.touch()
+    # The next start cannot write its claim: it replays nothing yet, refuses runs and is not ready.
+    again = start(tmp_path, servers, [recorder_hook(record, gate)], *flags)
+    assert again.wait_for_log("runs are refused (503) until it can write again"), again.log
+    assert again.request("GET", "/healthz?ready")[0] == 503
+    assert again.request("POST", "/hooks/build?seq=6")[0] == 503
+    filler.unlink()
+    assert wait_until(lambda: again.request("GET", "/healthz?ready")[0] == 200, timeout=15), again.log
+    # The first run recorded once the disk has room claims them, and they run before it.
+    assert again.request("POST", "/hooks/build?seq=7")[0] == 200
+    assert wait_until(lambda: len(lines(record, "end")) >= 6, timeout=30), record.read_text()
+    assert wait_until(lambda: states(state) == {"finished": 6}, timeout=15), states(state)
+    assert again.stop() == 0
+    for run in range(1, 6):
+        assert f"replaying run {run} of hook build, accepted at " in again.log
+    assert Counter(lines(record, "end")) == {"1": 1, "2": 1, "3": 1, "4": 1, "5": 1, "7": 1}, record.read_text()
+    assert Counter(lines(record, "start")) == {"1": 2, "2": 1, "3": 1, "4": 1, "5": 1, "7": 1}, record.read_text()
+    third = start(tmp_path, servers, [recorder_hook(record, gate)], *flags)
+    assert third.request("GET", "/healthz?ready")[0] == 200
+    assert third.stop() == 0
+    assert "replaying run" not in third.log, third.log

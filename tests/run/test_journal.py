@@ -415,6 +415,45 @@ def test_closing_writes_the_kept_finishes_or_leaves_them_in_the_ledger(
     assert not FinishLedger(str(tmp_path)).ids()
 
 
+def test_a_claim_a_full_disk_refuses_is_made_by_the_next_record_that_succeeds(
+    tmp_path: Path, journals: Callable[..., Journal]
+) -> None:
+    first = journals(boot="boot-1")
+    assert [first.record(spec(n)) for n in (1, 2)] == [1, 2]
+    first.close()
+    journal = journals(boot="boot-2")
+    claims: list[list[str]] = []
+
+    def claim() -> None:
+        left = journal.claim_left_overs()
+        assert left is not None
+        claims.append([x.spec.request_id for x in left])
+
+    with failing_disk(tmp_path):
+        assert journal.claim_left_overs() is None  # not written: nothing claimed, and it says so
+        journal.claim_later = claim
+        with pytest.raises(JournalUnwritable):
+            journal.record(spec(3))
+    assert claims == []
+    assert journal.record(spec(4)) == 3  # its own run, recorded first, is not among the left-overs
+    assert claims == [["req-1", "req-2"]]
+    assert journal.record(spec(5)) == 4
+    assert claims == [["req-1", "req-2"]]  # once
+    assert on_disk(tmp_path) == {1: "accepted", 2: "accepted", 3: "accepted", 4: "accepted"}
+
+
+def test_a_dead_workers_runs_are_claimed_even_when_its_pid_is_this_ones_but_never_this_ones_own(
+    tmp_path: Path, journals: Callable[..., Journal]
+) -> None:
+    dead = journals(boot="boot")
+    assert dead.record(spec(1)) == 1
+    dead.close()
+    journal = journals(boot="boot")  # the same start, and the same pid: a replaced worker's
+    assert journal.record(spec(2)) == 2
+    left = journal.claim_left_overs()
+    assert left is not None and [x.spec.request_id for x in left] == ["req-1"]
+
+
 # A worker that dies (kill -9, the OOM killer) while its disk is full, after a run finished: the finish could
 # not go to the database, and the process that kept it in memory is gone.
 DIES_WHILE_FULL_CHILD = """
