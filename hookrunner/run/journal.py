@@ -81,6 +81,7 @@ CREATE INDEX IF NOT EXISTS runs_state ON runs (state, id);
 #: A finished run is never started again: its spec (argv, variables, files: the payload's secrets) is
 #: dropped, and secure_delete (set at open) zeroes the bytes it took.
 _FINISH = "UPDATE runs SET state = ?, exit_status = ?, spec = '', processes = '[]' WHERE id = ?"
+_RUNNING = "UPDATE runs SET state = ?, processes = ? WHERE id = ?"
 
 
 class JournalError(Exception):
@@ -192,6 +193,8 @@ class Journal:
         self._failing: str | None = None
         #: Finishes not yet written (run id -> exit status): written first by the next write that succeeds.
         self._kept: dict[int, str] = {}
+        #: Attempts' processes not yet written (run id -> leader first), written with the kept finishes.
+        self._kept_running: dict[int, list[ProcessId]] = {}
         self._retry_every = retry_every
         self._last_try = 0.0
         self._retrier: threading.Thread | None = None
@@ -326,14 +329,17 @@ class Journal:
         return True, result
 
     def _write_kept(self) -> None:
-        """Write the kept finishes, all or none (under the lock)."""
-        if not self._kept:
+        """Write the kept processes and finishes, all or none (under the lock)."""
+        if not self._kept and not self._kept_running:
             return
         kept = list(self._kept.items())
+        running = [(RUNNING, _processes_json(found), run_id) for run_id, found in self._kept_running.items()]
         self._db.execute("BEGIN IMMEDIATE")
+        self._db.executemany(_RUNNING, running)
         self._db.executemany(_FINISH, [(FINISHED, status, run_id) for run_id, status in kept])
         self._db.execute("COMMIT")
         self._kept.clear()
+        self._kept_running.clear()
         self._finished_since_prune += len(kept)
         if self._ledger is not None and self._in_ledger:
             self._ledger.remove(self._in_ledger)  # if it cannot, the ids left there are still true
@@ -364,29 +370,34 @@ class Journal:
         return run_id
 
     def started(self, run_id: int, leader: ProcessId) -> None:
-        """An attempt of the run started: its leader process is recorded (replacing an earlier attempt's)."""
-        self._write(
-            "mark a run running",
-            lambda: self._db.execute(
-                "UPDATE runs SET state = ?, processes = ? WHERE id = ?",
-                (RUNNING, _processes_json([leader]), run_id),
-            ),
-        )
+        """An attempt of the run started: its leader process is recorded (replacing an earlier attempt's);
+        kept, when it cannot be written now, and written with the kept finishes."""
+        with self._lock:
+            self._kept_running.pop(run_id, None)
+            mark = (RUNNING, _processes_json([leader]), run_id)
+            if not self._write_locked("mark a run running", lambda: self._db.execute(_RUNNING, mark))[0]:
+                self._kept_running[run_id] = [leader]
 
     def add_process(self, run_id: int, process: ProcessId) -> None:
-        """A process of the run's attempt was found outside its leader's group: it is recorded too."""
-
-        def add() -> None:
-            row = self._db.execute("SELECT processes FROM runs WHERE id = ? AND state = ?", (run_id, RUNNING))
-            found = row.fetchone()
+        """A process of the run's attempt was found outside its leader's group: it is recorded too (kept
+        with its attempt's when that is not written yet, or when it cannot be written now)."""
+        with self._lock:
+            if run_id in self._kept_running:
+                self._kept_running[run_id].append(process)
+                return
+            if not self._enabled:
+                return
+            try:
+                query = "SELECT processes FROM runs WHERE id = ? AND state = ?"
+                found = self._db.execute(query, (run_id, RUNNING)).fetchone()
+            except self._failures:
+                return
             if found is None:
                 return
             processes = [*_processes_from(found[0]), process]
-            self._db.execute(
-                "UPDATE runs SET processes = ? WHERE id = ?", (_processes_json(processes), run_id)
-            )
-
-        self._write("record a run's process", add)
+            add = ("UPDATE runs SET processes = ? WHERE id = ?", (_processes_json(processes), run_id))
+            if not self._write_locked("record a run's process", lambda: self._db.execute(*add))[0]:
+                self._kept_running[run_id] = processes
 
     def finished(self, run_ids: list[int], exit_status: str) -> None:
         """Mark runs finished; what cannot be written now is kept, and written before any later write."""
@@ -396,6 +407,8 @@ class Journal:
             if not self._enabled:
                 return
             self._kept.update((run_id, exit_status) for run_id in run_ids)
+            for run_id in run_ids:
+                self._kept_running.pop(run_id, None)  # its finish says more
             written = self._write_locked("mark a run finished", lambda: None)[0]
             if not written and self._ledger is not None and self._ledger.add(run_ids):
                 self._in_ledger.update(run_ids)

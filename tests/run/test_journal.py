@@ -375,6 +375,29 @@ def test_a_finish_that_cannot_be_written_is_kept_and_written_by_the_next_write(
     assert [left.spec.request_id for left in again.claim_left_overs()] == ["req-2", "req-4"]
 
 
+def test_an_attempts_processes_that_cannot_be_written_are_kept_and_written_with_the_next_write(
+    tmp_path: Path, journals: Callable[..., Journal]
+) -> None:
+    journal = journals()
+    assert [journal.record(spec(n)) for n in (1, 2)] == [1, 2]
+    journal.started(2, ProcessId(40, 400))
+    with failing_disk(tmp_path):
+        journal.started(1, ProcessId(10, 100))  # queued while the disk was free, started once it was full
+        journal.add_process(1, ProcessId(11, 110))
+        journal.add_process(2, ProcessId(21, 210))
+    assert on_disk(tmp_path) == {1: "accepted", 2: "running"}
+    assert journal.record(spec(3)) == 3
+    assert on_disk(tmp_path) == {1: "running", 2: "running", 3: "accepted"}
+    journal.close()
+    # A worker that dies now leaves each attempt's processes for the replay to end first.
+    left = {x.run_id: x.processes for x in journals(boot="boot-2").claim_left_overs() or []}
+    assert left == {
+        1: (ProcessId(10, 100), ProcessId(11, 110)),
+        2: (ProcessId(40, 400), ProcessId(21, 210)),
+        3: (),
+    }
+
+
 def test_a_kept_finish_is_written_by_the_journal_itself_once_the_disk_takes_it(
     tmp_path: Path, logged: io.StringIO, journals: Callable[..., Journal]
 ) -> None:
