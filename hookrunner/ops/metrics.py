@@ -20,13 +20,15 @@ NOT_FOUND = "not_found"
 SIGNATURE_ERROR = "signature_error"  # a bad payload signature (the 500 of webhook)
 RULE_ERROR = "rule_error"  # any other error while evaluating the rules (bad regex, empty secret...)
 BUSY = "busy"  # the hook's concurrency limit and queue were full (429)
+UNJOURNALED = "unjournaled"  # -state-dir's journal could not record the run (503)
 ERROR = "error"  # the request could not be read (multipart, body too large) or the handler failed
 OUTCOMES = (
-    SERVED, RULES_NOT_SATISFIED, METHOD_NOT_ALLOWED, NOT_FOUND, SIGNATURE_ERROR, RULE_ERROR, BUSY, ERROR
+    SERVED, RULES_NOT_SATISFIED, METHOD_NOT_ALLOWED, NOT_FOUND, SIGNATURE_ERROR, RULE_ERROR, BUSY,
+    UNJOURNALED, ERROR,
 )
 
 #: Run journal events (the `event` label of hookrunner_journal_runs_total).
-JOURNAL_EVENTS = ("journaled", "replayed", "pruned", "failed")
+JOURNAL_EVENTS = ("journaled", "replayed", "pruned", "failed", "unwritable")
 
 #: A command can take from milliseconds (echo) to minutes (a deploy): buckets up to ten minutes.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)

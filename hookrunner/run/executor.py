@@ -26,7 +26,7 @@ from hookrunner.hooks.request import Request
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.history import Recorder, Ticket
-from hookrunner.run.journal import Journal, LeftOver, RunSpec
+from hookrunner.run.journal import Journal, JournalUnwritable, LeftOver, RunSpec
 from hookrunner.run.processes import ProcessTracker, end_previous_attempt
 from hookrunner.run.scheduler import Busy, Scheduler
 from hookrunner.run.spawn import Exit, Output, StartSignal, Waits, start_process
@@ -211,7 +211,8 @@ class CommandRunner:
         return self._scheduler.queued
 
     def submit(self, hook: Hook, req: Request, started_first: bool = False) -> Future[CommandResult]:
-        """Admit a run under the hook's limits; raises Busy when it is at its limit with a full queue.
+        """Admit a run under the hook's limits; raises Busy when it is at its limit with a full queue, and
+        JournalUnwritable when the journal cannot record it.
 
         With a journal the run is written down (durably) before it is admitted, so before the request is
         answered. With `started_first`, where runs are launched on the serving loop (the gevent worker), a
@@ -238,7 +239,11 @@ class CommandRunner:
         # A queued run keeps what its command needs (argv, variables, files), not the request; with a journal
         # it is written down first.
         spec = prepare(hook, req)
-        run_id = journal.record(spec) if journal is not None and journal.enabled else None
+        try:
+            run_id = journal.record(spec) if journal is not None and journal.enabled else None
+        except JournalUnwritable:
+            _refused(ticket, "not run: the run journal cannot be written (503)")
+            raise
         try:
             future, how = self._scheduler.submit(
                 hook.id, hook.limits, lambda: self._journaled_run(hook, spec, run_id, ticket)

@@ -14,9 +14,15 @@ start, and the worker's pid). A worker claims, once at start and atomically, the
 is gone (another boot, or a worker pid no longer alive); so with -workers N every left-over run is claimed
 by exactly one worker.
 
-Any failure of the journal (corrupt file, full disk, read-only folder, a schema written by a newer
-hookrunner) is logged once, counted, and the journal turns itself off: hooks keep being served, without
-journaling. Nothing here knows HTTP, and nothing it stores is ever logged: the rows hold secrets.
+A journal that cannot be opened (corrupt file, read-only folder, a schema written by a newer hookrunner) is
+logged once, counted, and not used: hooks keep being served, without journaling. Once open, a journal that
+cannot write (a full or failing disk) stays on and tells the truth: a run it cannot record raises
+JournalUnwritable (the request is refused, never answered as if it were kept), a finish it cannot write is
+kept in memory and written before anything else once writes succeed again, tried again every `retry_every`
+seconds meanwhile, and `writable()` says whether writes succeed (readiness). A kept finish is also written
+at once to the finish ledger (run/finishledger.py), which needs no new space, so that a process that dies
+before the disk has room leaves it for the next claim, which does not replay it. Nothing here knows HTTP, and
+nothing it stores is ever logged: the rows hold secrets.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import TypeVar
 
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
+from hookrunner.run.finishledger import FinishLedger
 from hookrunner.run.processes import ProcessId
 
 #: The schema this hookrunner writes; a journal with a higher PRAGMA user_version is refused, one with a
@@ -45,6 +52,12 @@ T = TypeVar("T")
 
 #: What the log says when the journal turns off.
 WITHOUT = "serving without a journal (accepted runs are not kept across a restart)"
+#: What the log says when an open journal's writes start failing.
+REFUSING = "runs are refused (503) until it can write again"
+#: How long a run refused for an unwritable journal is told to wait (Retry-After, seconds).
+RETRY_AFTER = 5
+#: How often, while writes fail, the journal tries them again on its own (seconds).
+RETRY_EVERY = 1.0
 
 ACCEPTED = "accepted"
 RUNNING = "running"
@@ -68,10 +81,20 @@ CREATE INDEX IF NOT EXISTS runs_state ON runs (state, id);
 #: A finished run is never started again: its spec (argv, variables, files: the payload's secrets) is
 #: dropped, and secure_delete (set at open) zeroes the bytes it took.
 _FINISH = "UPDATE runs SET state = ?, exit_status = ?, spec = '', processes = '[]' WHERE id = ?"
+_RUNNING = "UPDATE runs SET state = ?, processes = ? WHERE id = ?"
 
 
 class JournalError(Exception):
     """The journal cannot be used; the text says why, for the log."""
+
+
+class JournalUnwritable(Exception):
+    """The journal cannot record this run now (a full or failing disk): refuse it, with Retry-After, rather
+    than answer a run that a restart would lose."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"run journal {path} cannot be written")
+        self.retry_after = RETRY_AFTER
 
 
 @dataclass(frozen=True)
@@ -153,7 +176,9 @@ def new_boot_id() -> str:
 class Journal:
     """One process's connection to the journal file; every method is safe from any thread."""
 
-    def __init__(self, state_dir: str, boot_id: str, keep: int = 1000) -> None:
+    def __init__(
+        self, state_dir: str, boot_id: str, keep: int = 1000, retry_every: float = RETRY_EVERY
+    ) -> None:
         """Open (creating, private) the journal in `state_dir`; raises JournalError when it cannot be used."""
         import sqlite3  # here, not at the top: only -state-dir needs it (docs/performance.md, memory at rest)
 
@@ -164,6 +189,22 @@ class Journal:
         self._lock = threading.Lock()
         self._enabled = True
         self._finished_since_prune = 0
+        #: Why writes fail now (the first error of this outage); None while they succeed.
+        self._failing: str | None = None
+        #: Finishes not yet written (run id -> exit status): written first by the next write that succeeds.
+        self._kept: dict[int, str] = {}
+        #: Attempts' processes not yet written (run id -> leader first), written with the kept finishes.
+        self._kept_running: dict[int, list[ProcessId]] = {}
+        self._retry_every = retry_every
+        self._last_try = 0.0
+        self._retrier: threading.Thread | None = None
+        self._closed = threading.Event()
+        #: Kept finishes that are in the ledger (durable already); None: no ledger (it could not be made).
+        self._ledger: FinishLedger | None = None
+        self._in_ledger: set[int] = set()
+        #: Called (once) by the next record that succeeds, in its caller's thread, before it returns: set when
+        #: the claim of left-over runs could not be written, so that they are claimed once the disk has room.
+        self.claim_later: Callable[[], None] | None = None
         try:
             create_private_file(state_dir, FILE_NAME)
             self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
@@ -189,13 +230,20 @@ class Journal:
                 self._db.execute("ALTER TABLE runs ADD COLUMN processes TEXT NOT NULL DEFAULT '[]'")
             if version < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self._db.execute("SELECT count(*) FROM runs").fetchone()
+            #: Rows up to this id were written before this process opened the journal: a row of its own
+            #: owner among them is a dead worker's that had the same pid (claimed), any later one is its own.
+            self._opened_at_id = int(self._db.execute("SELECT coalesce(max(id), 0) FROM runs").fetchone()[0])
         except sqlite3.Error as exc:
             self._db.close()
             raise JournalError(f"cannot use {self.path}: {exc}") from exc
         except JournalError:
             self._db.close()
             raise
+        try:
+            self._ledger = FinishLedger(state_dir)
+        except OSError as exc:
+            log.output(f"run journal: cannot make {exc.filename}: {exc.strerror or exc}; finishes that the "
+                       "journal cannot write are kept in memory only")
 
     @property
     def enabled(self) -> bool:
@@ -206,29 +254,100 @@ class Journal:
         return f"{self.boot_id}:{os.getpid()}"
 
     def close(self) -> None:
-        with self._lock:
-            self._enabled = False
-            self._db.close()
-
-    def _guard(self, what: str, action: Callable[[], T]) -> T | None:
-        """Run `action` under the lock; on a failure, log it, count it and turn the journal off."""
+        """Stop using the journal; finishes still kept are written first if they can be, else named in the log
+        (the next start would run them again)."""
+        self._closed.set()
         with self._lock:
             if not self._enabled:
-                return None
+                return
+            self._enabled = False
             try:
-                return action()
+                self._write_kept()
             except self._failures as exc:
-                self._enabled = False
-                metrics.record_journal("failed")
-                log.output(f"run journal {self.path}: cannot {what}: {exc}; {WITHOUT}")
+                lost = sorted(set(self._kept) - self._in_ledger)
+                if lost:
+                    log.output(f"run journal {self.path}: cannot mark run(s) {' '.join(map(str, lost))} "
+                               f"finished: {exc}; the next start runs them again")
+            self._db.close()
+            if self._ledger is not None:
+                self._ledger.close()
+
+    def writable(self) -> bool:
+        """Whether the journal's writes succeed (readiness); while they fail, each call tries them again (the
+        kept finishes, or one small write), at most once a `retry_every`."""
+        if self._failing is None:
+            return True
+        return self._try_again()
+
+    def _try_again(self) -> bool:
+        with self._lock:
+            if self._failing is None or not self._enabled:
+                return self._failing is None
+            if time.monotonic() - self._last_try < self._retry_every:
+                return False
+            # One page written and synced, as a run's record would be: user_version is rewritten as it is.
+            probe = f"PRAGMA user_version={SCHEMA_VERSION}"
+            return self._write_locked("write again", lambda: self._db.execute(probe))[0]
+
+    def _keep_trying(self) -> None:
+        """While writes fail, try them again every `retry_every` (the kept finishes get written without
+        waiting for a request); ends once they succeed or the journal is closed."""
+        while not self._closed.wait(self._retry_every):
+            if self._try_again():
+                return
+
+    def _write(self, what: str, action: Callable[[], T]) -> tuple[bool, T | None]:
+        """Run `action` (a write) under the lock, after the kept finishes: (whether it was written, its
+        result). A failure is logged and counted once per outage; the journal stays on."""
+        with self._lock:
+            return self._write_locked(what, action)
+
+    def _write_locked(self, what: str, action: Callable[[], T]) -> tuple[bool, T | None]:
+        if not self._enabled:
+            return False, None
+        try:
+            self._write_kept()
+            result = action()
+        except self._failures as exc:
+            self._last_try = time.monotonic()
+            if self._db.in_transaction:
                 try:
-                    self._db.close()
+                    self._db.execute("ROLLBACK")
                 except self._failures:
                     pass
-                return None
+            if self._failing is None:
+                self._failing = str(exc)
+                metrics.record_journal("unwritable")
+                log.output(f"run journal {self.path}: cannot {what}: {exc}; {REFUSING}")
+            if self._retrier is None or not self._retrier.is_alive():
+                self._retrier = threading.Thread(target=self._keep_trying, name="journal-retry", daemon=True)
+                self._retrier.start()
+            return False, None
+        if self._failing is not None:
+            self._failing = None
+            log.output(f"run journal {self.path}: writes succeed again")
+        return True, result
+
+    def _write_kept(self) -> None:
+        """Write the kept processes and finishes, all or none (under the lock)."""
+        if not self._kept and not self._kept_running:
+            return
+        kept = list(self._kept.items())
+        running = [(RUNNING, _processes_json(found), run_id) for run_id, found in self._kept_running.items()]
+        self._db.execute("BEGIN IMMEDIATE")
+        self._db.executemany(_RUNNING, running)
+        self._db.executemany(_FINISH, [(FINISHED, status, run_id) for run_id, status in kept])
+        self._db.execute("COMMIT")
+        self._kept.clear()
+        self._kept_running.clear()
+        self._finished_since_prune += len(kept)
+        if self._ledger is not None and self._in_ledger:
+            self._ledger.remove(self._in_ledger)  # if it cannot, the ids left there are still true
+            self._in_ledger.clear()
 
     def record(self, spec: RunSpec) -> int | None:
-        """Write an accepted run, durably; its row id, or None when the journal is off or failed."""
+        """Write an accepted run, durably; its row id, or None when the journal is closed. Raises
+        JournalUnwritable when it cannot be written: the run must not be answered as kept."""
 
         def insert() -> int:
             cursor = self._db.execute(
@@ -238,49 +357,61 @@ class Journal:
             )
             return int(cursor.lastrowid or 0)
 
-        run_id = self._guard("record an accepted run", insert)
-        if run_id is None:
+        if not self._enabled:
             return None
+        written, run_id = self._write("record an accepted run", insert)
+        if not written or run_id is None:
+            raise JournalUnwritable(self.path)
         metrics.record_journal("journaled")
+        with self._lock:
+            claim, self.claim_later = self.claim_later, None
+        if claim is not None:
+            claim()
         return run_id
 
     def started(self, run_id: int, leader: ProcessId) -> None:
-        """An attempt of the run started: its leader process is recorded (replacing an earlier attempt's)."""
-        self._guard(
-            "mark a run running",
-            lambda: self._db.execute(
-                "UPDATE runs SET state = ?, processes = ? WHERE id = ?",
-                (RUNNING, _processes_json([leader]), run_id),
-            ),
-        )
+        """An attempt of the run started: its leader process is recorded (replacing an earlier attempt's);
+        kept, when it cannot be written now, and written with the kept finishes."""
+        with self._lock:
+            self._kept_running.pop(run_id, None)
+            mark = (RUNNING, _processes_json([leader]), run_id)
+            if not self._write_locked("mark a run running", lambda: self._db.execute(_RUNNING, mark))[0]:
+                self._kept_running[run_id] = [leader]
 
     def add_process(self, run_id: int, process: ProcessId) -> None:
-        """A process of the run's attempt was found outside its leader's group: it is recorded too."""
-
-        def add() -> None:
-            row = self._db.execute("SELECT processes FROM runs WHERE id = ? AND state = ?", (run_id, RUNNING))
-            found = row.fetchone()
+        """A process of the run's attempt was found outside its leader's group: it is recorded too (kept
+        with its attempt's when that is not written yet, or when it cannot be written now)."""
+        with self._lock:
+            if run_id in self._kept_running:
+                self._kept_running[run_id].append(process)
+                return
+            if not self._enabled:
+                return
+            try:
+                query = "SELECT processes FROM runs WHERE id = ? AND state = ?"
+                found = self._db.execute(query, (run_id, RUNNING)).fetchone()
+            except self._failures:
+                return
             if found is None:
                 return
             processes = [*_processes_from(found[0]), process]
-            self._db.execute(
-                "UPDATE runs SET processes = ? WHERE id = ?", (_processes_json(processes), run_id)
-            )
-
-        self._guard("record a run's process", add)
+            add = ("UPDATE runs SET processes = ? WHERE id = ?", (_processes_json(processes), run_id))
+            if not self._write_locked("record a run's process", lambda: self._db.execute(*add))[0]:
+                self._kept_running[run_id] = processes
 
     def finished(self, run_ids: list[int], exit_status: str) -> None:
+        """Mark runs finished; what cannot be written now is kept, and written before any later write."""
         if not run_ids:
             return
-
-        def update() -> None:
-            self._db.executemany(
-                _FINISH,
-                [(FINISHED, exit_status, run_id) for run_id in run_ids],
-            )
-
-        self._guard("mark a run finished", update)
-        self._finished_since_prune += len(run_ids)
+        with self._lock:
+            if not self._enabled:
+                return
+            self._kept.update((run_id, exit_status) for run_id in run_ids)
+            for run_id in run_ids:
+                self._kept_running.pop(run_id, None)  # its finish says more
+            written = self._write_locked("mark a run finished", lambda: None)[0]
+            if not written and self._ledger is not None and self._ledger.add(run_ids):
+                self._in_ledger.update(run_ids)
         if self._finished_since_prune >= max(self.keep // 10, 100):
             self.prune()
 
@@ -296,19 +427,25 @@ class Journal:
             )
             return int(cursor.rowcount)
 
-        pruned = self._guard("prune finished runs", delete)
+        pruned = self._write("prune finished runs", delete)[1]
         count = pruned or 0
         if count:
             metrics.record_journal("pruned", count)
         return count
 
-    def claim_left_overs(self) -> list[LeftOver]:
-        """Take over, atomically, the unfinished runs of processes that are gone, oldest first."""
+    def claim_left_overs(self) -> list[LeftOver] | None:
+        """Take over, atomically, the unfinished runs of processes that are gone, oldest first; None when the
+        claim cannot be written (a full disk): nothing is claimed, and it may be tried again later."""
 
         def claim() -> list[LeftOver]:
             me = self.owner
+            done = self._ledger.ids() if self._ledger is not None else set()
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                self._db.executemany(
+                    _FINISH + " AND state != ?",
+                    [(FINISHED, "finished while the journal could not write", i, FINISHED) for i in done],
+                )
                 rows = self._db.execute(
                     "SELECT id, hook, request_id, accepted_at, owner, spec, processes FROM runs "
                     "WHERE state IN (?, ?) ORDER BY id",
@@ -317,6 +454,8 @@ class Journal:
                 claimed: list[LeftOver] = []
                 for run_id, hook, request_id, accepted_at, owner, spec, processes in rows:
                     boot, _, pid = str(owner).rpartition(":")
+                    if owner == me and run_id > self._opened_at_id:
+                        continue  # this process's own run (a claim tried again after a full disk)
                     if boot == self.boot_id and pid.isdigit() and owner != me and _pid_alive(int(pid)):
                         continue  # a live sibling worker's run
                     try:
@@ -334,18 +473,25 @@ class Journal:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+            if self._ledger is not None and done:
+                self._ledger.remove(done - self._in_ledger)  # this process's own are freed once written
             return claimed
 
-        result = self._guard("claim left-over runs", claim)
-        return result or []
+        written, result = self._write("claim left-over runs", claim)
+        return result if written else None
 
     def counts(self) -> dict[str, int]:
         """Rows by state (for tests and diagnostics)."""
         query = "SELECT state, count(*) FROM runs GROUP BY state"
-        rows: list[tuple[str, int]] | None = self._guard(
+        rows: list[tuple[str, int]] | None = self._write(
             "count runs", lambda: self._db.execute(query).fetchall()
-        )
+        )[1]
         return {str(state): int(n) for state, n in (rows or [])}
+
+
+def accepts_runs(journal: Journal | None) -> bool:
+    """Readiness (-state-dir): whether runs can be journaled now; without a journal they always can."""
+    return journal is None or journal.writable()
 
 
 def _processes_json(processes: list[ProcessId]) -> str:

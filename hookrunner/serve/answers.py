@@ -24,6 +24,8 @@ MSG_MULTIPART = b"Error occurred while parsing multipart form."
 MSG_COMMAND_ERROR = (
     b"Error occurred while executing the hook's command. Please check your logs for more details."
 )
+#: -state-dir's journal cannot record a run (answered 503 with Retry-After; also /healthz?ready's text).
+MSG_UNJOURNALED = b"The run journal cannot be written; try again later."
 TEXT_PLAIN = "text/plain; charset=utf-8"
 #: Where the server puts the request's headers as a list of (name, value), repeats included.
 HEADER_LIST_KEY = "hookrunner.header_list"

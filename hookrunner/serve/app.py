@@ -37,6 +37,7 @@ from hookrunner.hooks.request import Request, canonical_header_key
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.executor import CommandRunner
+from hookrunner.run.journal import JournalUnwritable, accepts_runs
 from hookrunner.run.scheduler import Busy
 from hookrunner.serve.answers import (
     BODY_FAILED_KEY,
@@ -46,6 +47,7 @@ from hookrunner.serve.answers import (
     MSG_MULTIPART,
     MSG_NOT_FOUND,
     MSG_RULE_ERROR,
+    MSG_UNJOURNALED,
     TEXT_PLAIN,
     Answer,
     CappedInput,
@@ -210,6 +212,8 @@ class HookApp:
         elif "ready" in request.args and len(self.registry) == 0:
             # Readiness: a runner whose hooks files gave no hooks should get no traffic.
             response = answer(503, b"No hooks are loaded.", self.global_headers, TEXT_PLAIN)
+        elif "ready" in request.args and not accepts_runs(self.runner.journal):  # docs/operations.md
+            response = answer(503, MSG_UNJOURNALED, self.global_headers, TEXT_PLAIN)
         else:
             response = answer(200, b"OK", self.global_headers, TEXT_PLAIN)
         self.access_log(rid, response, started)
@@ -323,6 +327,11 @@ class HookApp:
             metrics.record_request(hook.id, metrics.BUSY)
             headers["Retry-After"] = str(busy.retry_after)
             return answer(429, b"Too many runs of this hook are already running or queued.", headers)
+        except JournalUnwritable as unwritable:
+            log.request(rid, f"{hook.id}: the run journal cannot be written, answering 503", level="error",
+                        hook=hook.id, event="unjournaled")
+            metrics.record_request(hook.id, metrics.UNJOURNALED)
+            return answer(503, MSG_UNJOURNALED, {**headers, "Retry-After": str(unwritable.retry_after)})
         metrics.record_request(hook.id, metrics.SERVED)
         if hook.capture_output:
             result = self.runner.wait_for(future)

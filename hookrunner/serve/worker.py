@@ -167,10 +167,16 @@ def _start_journal() -> None:
         return
     ctx.runner.journal = journal
     journal.prune()
-    left_overs = journal.claim_left_overs()
-    if left_overs:
-        log.output(f"run journal: {len(left_overs)} unfinished run(s) left by a stopped hookrunner")
-        ctx.runner.replay(left_overs, ctx.registry.match)
+
+    def claim() -> None:
+        left_overs = journal.claim_left_overs()
+        if left_overs is None:  # a full disk: claimed by the next run the journal records, before it
+            journal.claim_later = claim
+        elif left_overs:
+            log.output(f"run journal: {len(left_overs)} unfinished run(s) left by a stopped hookrunner")
+            ctx.runner.replay(left_overs, ctx.registry.match)
+
+    claim()
 
 
 def _start_history() -> FeedClient:
@@ -461,5 +467,7 @@ class WebhookWorker(Worker):
         started = self._stop_started or time.monotonic()
         grace = ctx.config.shutdown_timeout
         ctx.runner.shutdown(max(0.0, grace - (time.monotonic() - started)))
+        if ctx.runner.journal is not None:
+            ctx.runner.journal.close()  # finishes kept while the disk was full are written now if they can
         if self._history_feed is not None:
             self._history_feed.flush(1.0)

@@ -4,17 +4,20 @@ again at the next start, each once; and a thousand accepted runs across three cr
 
 from __future__ import annotations
 
+import errno
 import http.client
 import itertools
 import json
 import os
 import signal
 import sqlite3
+import struct
+import subprocess
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -362,3 +365,165 @@ def test_kill_9_while_the_journal_is_being_written_loses_no_answered_run(
         db.close()
     print(f"accepted {len(accepted)} across {kills} kills mid-write, all ran")
     assert server.stop() == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs of its own (the tests run as root); skipped only where mounting is not permitted."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(disk)],
+        capture_output=True, text=True, check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        if subprocess.run(["umount", str(disk)], capture_output=True, check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(disk)], capture_output=True, check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Take every free byte of `disk` with one file; returns it."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as out:
+        try:
+            for _ in range(64 * 1024):
+                out.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    assert os.statvfs(disk).f_bavail == 0
+    return filler
+
+
+def test_a_full_disk_refuses_runs_keeps_finishes_and_replays_nothing_that_finished(
+    tmp_path: Path, servers: list[Server], small_disk: Path
+) -> None:
+    record, gate, state = tmp_path / "record", tmp_path / "gate", small_disk / "state"
+    flags = ("-state-dir", str(state), "-metrics")
+    server = start(tmp_path, servers, [recorder_hook(record, gate)], *flags)
+    answered: dict[int, tuple[int, dict[str, str], bytes]] = {}
+    stop = threading.Event()
+
+    def load() -> None:  # pushes one after another, as a sender would, until told to stop
+        for seq in itertools.count(1):
+            if stop.is_set():
+                return
+            answered[seq] = server.request("POST", f"/hooks/build?seq={seq}")
+            stop.wait(0.05)
+
+    def seqs(status: int) -> list[str]:
+        return [str(seq) for seq, (code, _, _) in sorted(answered.items()) if code == status]
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    try:
+        # Runs are accepted and started; they wait for the gate, so they finish only once the disk is full.
+        assert wait_until(lambda: len(seqs(200)) >= 5, timeout=30), answered
+        filler = fill(small_disk)
+        assert wait_until(lambda: len(seqs(503)) >= 5, timeout=30), (answered, server.log)
+    finally:
+        stop.set()
+        loader.join(timeout=30)
+    accepted, refused = seqs(200), seqs(503)
+    assert sorted(accepted + refused, key=int) == [str(seq) for seq in sorted(answered)]  # nothing else
+    for seq in refused:
+        _, headers, body = answered[int(seq)]
+        assert headers["retry-after"] == "5"
+        assert body == b"The run journal cannot be written; try again later."
+    assert server.wait_for_log("cannot record an accepted run: database or disk is full; runs are refused (503)")
+    status, _, body = server.request("GET", "/healthz?ready")
+    assert (status, body) == (503, b"The run journal cannot be written; try again later.")
+    metrics = server.request("GET", "/metrics")[2].decode()
+    assert f'hookrunner_requests_total{{hook="build",outcome="unjournaled"}} {len(refused)}.0' in metrics
+    assert 'hookrunner_journal_runs_total{event="unwritable"} 1.0' in metrics
+
+    # The accepted runs finish while the disk is full: their finishes cannot be written, and are kept.
+    gate.touch()
+    assert wait_until(lambda: sorted(lines(record, "end"), key=int) == accepted, timeout=30), record.read_text()
+    assert "finished" not in states(state)
+    assert server.request("GET", "/healthz?ready")[0] == 503
+
+    # Space again: with no request needed, the kept finishes are written and readiness comes back.
+    filler.unlink()
+    assert wait_until(lambda: server.request("GET", "/healthz?ready")[0] == 200, timeout=15), server.log
+    assert wait_until(lambda: states(state) == {"finished": len(accepted)}, timeout=15), states(state)
+    assert server.log.count("writes succeed again") == 1
+    assert server.request("POST", "/hooks/build?seq=1000")[0] == 200
+    assert wait_until(lambda: "1000" in lines(record, "end"), timeout=15), record.read_text()
+    assert wait_until(lambda: states(state) == {"finished": len(accepted) + 1}, timeout=15), states(state)
+    assert server.stop() == 0
+
+    # The next start finds nothing unfinished: no run that finished is run again.
+    again = start(tmp_path, servers, [recorder_hook(record, gate)], *flags)
+    assert again.request("GET", "/healthz?ready")[0] == 200
+    assert again.stop() == 0
+    assert "replaying run" not in again.log and "unfinished run(s)" not in again.log, again.log
+    assert Counter(lines(record, "start")) == Counter([*accepted, "1000"]), record.read_text()
+    assert Counter(lines(record, "end")) == Counter([*accepted, "1000"]), record.read_text()
+
+
+def ledger_ids(state: Path) -> set[int]:
+    """The run ids in the finish ledger (journal.finished: little-endian 64-bit slots, 0 free)."""
+    path = state / "journal.finished"
+    data = path.read_bytes() if path.exists() else b""
+    return {value for (value,) in struct.iter_unpack("<q", data) if value > 0}
+
+
+def test_runs_that_finished_on_a_full_disk_are_not_replayed_after_a_kill_9(
+    tmp_path: Path, servers: list[Server], small_disk: Path
+) -> None:
+    record, gate, state = tmp_path / "record", tmp_path / "gate", small_disk / "state"
+    flags = ("-state-dir", str(state))
+    server = start(tmp_path, servers, [recorder_hook(record, gate)], *flags)
+    for seq in (1, 2, 3):
+        assert server.request("POST", f"/hooks/build?seq={seq}")[0] == 200
+    assert wait_until(lambda: sorted(lines(record, "start")) == ["1", "2", "3"], timeout=15), record.read_text()
+    filler = fill(small_disk)
+    gate.touch()
+    # They finish while the disk is full: the database cannot take it, the ledger's slots can.
+    assert wait_until(lambda: ledger_ids(state) == {1, 2, 3}, timeout=15), (ledger_ids(state), server.log)
+    assert states(state) == {"running": 3}
+    kill_tree(server, record)  # before the disk has room again: what the worker kept in memory is gone
+    filler.unlink()
+    again = start(tmp_path, servers, [recorder_hook(record, gate)], *flags)
+    assert wait_until(lambda: states(state) == {"finished": 3}, timeout=15), states(state)
+    assert ledger_ids(state) == set()
+    assert again.stop() == 0
+    assert "replaying run" not in again.log and "unfinished run(s)" not in again.log, again.log
+    assert Counter(lines(record, "start")) == {"1": 1, "2": 1, "3": 1}, record.read_text()
+    assert Counter(lines(record, "end")) == {"1": 1, "2": 1, "3": 1}, record.read_text()
+
+
+def test_left_over_runs_a_full_disk_kept_from_being_claimed_are_replayed_once_it_has_room(
+    tmp_path: Path, servers: list[Server], small_disk: Path
+) -> None:
+    record, gate, state = tmp_path / "record", tmp_path / "gate", small_disk / "state"
+    flags = ("-state-dir", str(state))
+    server = start(tmp_path, servers, [recorder_hook(record, gate)], *flags, "-max-concurrent-commands", "1")
+    accept_five(server, record)
+    kill_tree(server, record)
+    filler = fill(small_disk)
+    gate.touch()
+    # The next start cannot write its claim: it replays nothing yet, refuses runs and is not ready.
+    again = start(tmp_path, servers, [recorder_hook(record, gate)], *flags)
+    assert again.wait_for_log("runs are refused (503) until it can write again"), again.log
+    assert again.request("GET", "/healthz?ready")[0] == 503
+    assert again.request("POST", "/hooks/build?seq=6")[0] == 503
+    filler.unlink()
+    assert wait_until(lambda: again.request("GET", "/healthz?ready")[0] == 200, timeout=15), again.log
+    # The first run recorded once the disk has room claims them, and they run before it.
+    assert again.request("POST", "/hooks/build?seq=7")[0] == 200
+    assert wait_until(lambda: len(lines(record, "end")) >= 6, timeout=30), record.read_text()
+    assert wait_until(lambda: states(state) == {"finished": 6}, timeout=15), states(state)
+    assert again.stop() == 0
+    for run in range(1, 6):
+        assert f"replaying run {run} of hook build, accepted at " in again.log
+    assert Counter(lines(record, "end")) == {"1": 1, "2": 1, "3": 1, "4": 1, "5": 1, "7": 1}, record.read_text()
+    assert Counter(lines(record, "start")) == {"1": 2, "2": 1, "3": 1, "4": 1, "5": 1, "7": 1}, record.read_text()
+    third = start(tmp_path, servers, [recorder_hook(record, gate)], *flags)
+    assert third.request("GET", "/healthz?ready")[0] == 200
+    assert third.stop() == 0
+    assert "replaying run" not in third.log, third.log

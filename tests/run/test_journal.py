@@ -1,9 +1,11 @@
 """The run journal on its own (hookrunner/run/journal.py): durable rows, claiming a dead process's runs once,
-pruning, private files, and every fault (corrupt file, newer schema, read-only folder, full disk) turning
-into a logged, counted fallback instead of an exception."""
+pruning, private files, a journal that cannot be opened (corrupt file, newer schema, read-only folder)
+turning into a logged, counted fallback instead of an exception, and a full or failing disk refusing runs
+while finishes are kept until they can be written."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
@@ -13,13 +15,25 @@ import sqlite3
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from hookrunner.ops import metrics
-from hookrunner.run.journal import FILE_NAME, SCHEMA_VERSION, Journal, JournalError, RunSpec, open_journal
+from hookrunner.run.finishledger import NAME as LEDGER
+from hookrunner.run.finishledger import FinishLedger
+from hookrunner.run.journal import (
+    FILE_NAME,
+    RETRY_AFTER,
+    SCHEMA_VERSION,
+    Journal,
+    JournalError,
+    JournalUnwritable,
+    RunSpec,
+    open_journal,
+)
 from hookrunner.run.processes import ProcessId
 
 SECRET = "s3cr3t-token-value"
@@ -172,7 +186,7 @@ def test_folder_and_files_are_private(tmp_path: Path) -> None:
     journal.record(spec())
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     names = sorted(p.name for p in state.iterdir())
-    assert names == [FILE_NAME, FILE_NAME + "-shm", FILE_NAME + "-wal"]
+    assert names == [LEDGER, FILE_NAME, FILE_NAME + "-shm", FILE_NAME + "-wal"]
     for path in state.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     db = sqlite3.connect(state / FILE_NAME)
@@ -246,34 +260,257 @@ def test_a_read_only_folder_is_refused(tmp_path: Path) -> None:
     assert result.stdout.strip() == f"refused: cannot open {state / FILE_NAME}: Permission denied"
 
 
-def test_a_full_disk_turns_the_journal_off_without_logging_secrets(
-    tmp_path: Path, logged: io.StringIO
-) -> None:
-    journal = Journal(str(tmp_path), "boot")
-    assert journal.record(spec(1)) is not None
-    # A full disk, as the process sees it: writes past this size fail (EFBIG) instead of growing the WAL.
-    wal = tmp_path / (FILE_NAME + "-wal")
+@contextlib.contextmanager
+def failing_disk(state: Path) -> Iterator[None]:
+    """A disk that fails the journal's writes, as the process sees it: the write-ahead log cannot grow past
+    its size (EFBIG: SQLite's "disk I/O error")."""
+    wal = state / (FILE_NAME + "-wal")
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (wal.stat().st_size, hard))
     try:
-        results = [journal.record(spec(n)) for n in range(2, 50)]
+        yield
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, old)
-    assert None in results
-    assert not journal.enabled
-    assert journal.record(spec(99)) is None  # stays off: no line per request
+
+
+@contextlib.contextmanager
+def full_database(journal: Journal) -> Iterator[None]:
+    """SQLite's own "database or disk is full" (SQLITE_FULL): the file may not grow by a page."""
+    db = journal._db
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    limit = db.execute("PRAGMA max_page_count").fetchone()[0]
+    db.execute(f"PRAGMA max_page_count={pages}")
+    try:
+        yield
+    finally:
+        db.execute(f"PRAGMA max_page_count={limit}")
+
+
+def big_spec(n: int) -> RunSpec:
+    """A run whose record needs pages of its own (its file's contents)."""
+    return dataclasses.replace(spec(n), files=(("HOOK_PAYLOAD", os.urandom(64 * 1024)),))
+
+
+def on_disk(state: Path) -> dict[int, str]:
+    """Each run's state as the file holds it, read by a connection of its own (as the next start would)."""
+    db = sqlite3.connect(state / FILE_NAME)
+    try:
+        return {int(run_id): str(state) for run_id, state in db.execute("SELECT id, state FROM runs")}
+    finally:
+        db.close()
+
+
+@pytest.fixture
+def journals(tmp_path: Path) -> Iterator[Callable[..., Journal]]:
+    """Opens journals (in tmp_path unless told) that never try again on their own unless told; all closed
+    at the end."""
+    opened: list[Journal] = []
+
+    def open_one(state: Path = tmp_path, boot: str = "boot", retry_every: float = 3600) -> Journal:
+        opened.append(Journal(str(state), boot, retry_every=retry_every))
+        return opened[-1]
+
+    yield open_one
+    for journal in opened:
+        journal.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+@pytest.mark.parametrize("fault", ["full", "failing"])
+def test_a_run_a_full_or_failing_disk_cannot_take_is_refused_and_the_journal_stays_on(
+    tmp_path: Path, logged: io.StringIO, journals: Callable[..., Journal], fault: str
+) -> None:
+    journal = journals()
+    assert journal.record(spec(1)) == 1
+    with full_database(journal) if fault == "full" else failing_disk(tmp_path):
+        for n in (2, 3, 4):
+            with pytest.raises(JournalUnwritable) as refused:
+                journal.record(big_spec(n))
+            assert refused.value.retry_after == RETRY_AFTER
+        assert journal.enabled  # on, and telling the truth: nothing was answered as kept
+        if fault == "failing":
+            assert not journal.writable()
     text = logged.getvalue()
-    assert text.count("cannot record an accepted run") == 1
-    assert "serving without a journal" in text
+    assert text.count("cannot record an accepted run") == 1  # one line per outage, not per request
+    expected = "database or disk is full" if fault == "full" else "disk I/O error"
+    assert f"cannot record an accepted run: {expected}; runs are refused (503)" in text
     assert SECRET not in text
-    assert journal_count("failed") == 1
-    # What was written before the failure is still there for the next start.
+    assert journal_count("unwritable") == 1
+    assert journal_count("failed") == 0
+    # Writes succeed again: the next record is kept, and the journal says so once.
+    assert journal.record(big_spec(5)) == 2
+    assert journal.writable()
+    assert logged.getvalue().count("writes succeed again") == 1
+    assert on_disk(tmp_path) == {1: "accepted", 2: "accepted"}
+
+
+def test_a_finish_that_cannot_be_written_is_kept_and_written_by_the_next_write(
+    tmp_path: Path, logged: io.StringIO, journals: Callable[..., Journal]
+) -> None:
+    journal = journals()
+    assert [journal.record(spec(1)), journal.record(spec(2))] == [1, 2]
+    journal.started(1, ProcessId(os.getpid(), 1))
+    with failing_disk(tmp_path):
+        journal.finished([1], "exit status 0")  # no exception: the run did finish
+        assert on_disk(tmp_path) == {1: "running", 2: "accepted"}
+        with pytest.raises(JournalUnwritable):  # the kept finish is tried first, and still fails
+            journal.record(spec(3))
+    assert "cannot mark a run finished" in logged.getvalue()
+    assert on_disk(tmp_path) == {1: "running", 2: "accepted"}
+    assert journal.record(spec(4)) == 3  # the next write that succeeds writes the kept finish first
+    assert on_disk(tmp_path) == {1: "finished", 2: "accepted", 3: "accepted"}
+    journal.close()
+    # The next start replays what did not finish, never the run that did.
+    again = journals(boot="boot-2")
+    assert [left.spec.request_id for left in again.claim_left_overs()] == ["req-2", "req-4"]
+
+
+def test_an_attempts_processes_that_cannot_be_written_are_kept_and_written_with_the_next_write(
+    tmp_path: Path, journals: Callable[..., Journal]
+) -> None:
+    journal = journals()
+    assert [journal.record(spec(n)) for n in (1, 2)] == [1, 2]
+    journal.started(2, ProcessId(40, 400))
+    with failing_disk(tmp_path):
+        journal.started(1, ProcessId(10, 100))  # queued while the disk was free, started once it was full
+        journal.add_process(1, ProcessId(11, 110))
+        journal.add_process(2, ProcessId(21, 210))
+    assert on_disk(tmp_path) == {1: "accepted", 2: "running"}
+    assert journal.record(spec(3)) == 3
+    assert on_disk(tmp_path) == {1: "running", 2: "running", 3: "accepted"}
+    journal.close()
+    # A worker that dies now leaves each attempt's processes for the replay to end first.
+    left = {x.run_id: x.processes for x in journals(boot="boot-2").claim_left_overs() or []}
+    assert left == {
+        1: (ProcessId(10, 100), ProcessId(11, 110)),
+        2: (ProcessId(40, 400), ProcessId(21, 210)),
+        3: (),
+    }
+
+
+def test_a_kept_finish_is_written_by_the_journal_itself_once_the_disk_takes_it(
+    tmp_path: Path, logged: io.StringIO, journals: Callable[..., Journal]
+) -> None:
+    journal = journals(retry_every=0.05)
+    assert journal.record(spec(1)) == 1
+    with failing_disk(tmp_path):
+        journal.finished([1], "exit status 0")
+        assert not journal.writable()
+    # No request comes: the journal tries again on its own, and readiness comes back.
+    assert wait_until(lambda: on_disk(tmp_path) == {1: "finished"}), on_disk(tmp_path)
+    assert wait_until(journal.writable)
+    assert logged.getvalue().count("writes succeed again") == 1
+
+
+def test_closing_writes_the_kept_finishes_or_leaves_them_in_the_ledger(
+    tmp_path: Path, logged: io.StringIO, journals: Callable[..., Journal]
+) -> None:
+    journal = journals()
+    assert [journal.record(spec(n)) for n in (1, 2, 3)] == [1, 2, 3]
+    with failing_disk(tmp_path):
+        journal.finished([1], "exit status 0")
+    journal.close()  # the disk takes it now
+    assert on_disk(tmp_path) == {1: "finished", 2: "accepted", 3: "accepted"}
+    assert not FinishLedger(str(tmp_path)).ids()  # written to the database: the ledger is free again
+
+    journal = journals(boot="boot-2")
+    assert journal.claim_left_overs() != []
+    with failing_disk(tmp_path):
+        journal.finished([2], "exit status 0")
+        journal.close()
+    assert on_disk(tmp_path) == {1: "finished", 2: "accepted", 3: "accepted"}
+    assert FinishLedger(str(tmp_path)).ids() == {2}
+    assert "the next start runs them again" not in logged.getvalue()
+    # The next start does not replay it, and frees its slot.
+    again = journals(boot="boot-3")
+    assert [left.spec.request_id for left in again.claim_left_overs()] == ["req-3"]
+    assert on_disk(tmp_path) == {1: "finished", 2: "finished", 3: "accepted"}
+    assert not FinishLedger(str(tmp_path)).ids()
+
+
+def test_a_claim_a_full_disk_refuses_is_made_by_the_next_record_that_succeeds(
+    tmp_path: Path, journals: Callable[..., Journal]
+) -> None:
+    first = journals(boot="boot-1")
+    assert [first.record(spec(n)) for n in (1, 2)] == [1, 2]
+    first.close()
+    journal = journals(boot="boot-2")
+    claims: list[list[str]] = []
+
+    def claim() -> None:
+        left = journal.claim_left_overs()
+        assert left is not None
+        claims.append([x.spec.request_id for x in left])
+
+    with failing_disk(tmp_path):
+        assert journal.claim_left_overs() is None  # not written: nothing claimed, and it says so
+        journal.claim_later = claim
+        with pytest.raises(JournalUnwritable):
+            journal.record(spec(3))
+    assert claims == []
+    assert journal.record(spec(4)) == 3  # its own run, recorded first, is not among the left-overs
+    assert claims == [["req-1", "req-2"]]
+    assert journal.record(spec(5)) == 4
+    assert claims == [["req-1", "req-2"]]  # once
+    assert on_disk(tmp_path) == {1: "accepted", 2: "accepted", 3: "accepted", 4: "accepted"}
+
+
+def test_a_dead_workers_runs_are_claimed_even_when_its_pid_is_this_ones_but_never_this_ones_own(
+    tmp_path: Path, journals: Callable[..., Journal]
+) -> None:
+    dead = journals(boot="boot")
+    assert dead.record(spec(1)) == 1
+    dead.close()
+    journal = journals(boot="boot")  # the same start, and the same pid: a replaced worker's
+    assert journal.record(spec(2)) == 2
+    left = journal.claim_left_overs()
+    assert left is not None and [x.spec.request_id for x in left] == ["req-1"]
+
+
+# A worker that dies (kill -9, the OOM killer) while its disk is full, after a run finished: the finish could
+# not go to the database, and the process that kept it in memory is gone.
+DIES_WHILE_FULL_CHILD = """
+import os, resource, signal, sys
+from hookrunner.run.journal import Journal, RunSpec
+from hookrunner.run.processes import ProcessId
+state = sys.argv[1]
+journal = Journal(state, "boot-1", retry_every=3600)
+for n in (1, 2):
+    journal.record(RunSpec("deploy", f"req-{n}", "/bin/true", ("/bin/true",), (), (), "/"))
+journal.started(1, ProcessId(os.getpid(), 1))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+wal = os.path.join(state, "journal.sqlite3-wal")
+resource.setrlimit(resource.RLIMIT_FSIZE, (os.stat(wal).st_size, resource.RLIM_INFINITY))
+journal.finished([1], "exit status 0")
+print(journal.writable(), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_run_that_finished_while_the_disk_was_full_is_not_replayed_after_a_kill_9(tmp_path: Path) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", DIES_WHILE_FULL_CHILD, str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, (child.returncode, child.stdout, child.stderr)
+    assert child.stdout.split() == ["False"]  # the journal could not write when it died
+    assert on_disk(tmp_path) == {1: "running", 2: "accepted"}
     again = Journal(str(tmp_path), "boot-2")
-    left = again.claim_left_overs()
-    assert left and left[0].spec == spec(1)
-    again.close()
+    try:
+        assert [left.spec.request_id for left in again.claim_left_overs()] == ["req-2"]
+        assert on_disk(tmp_path) == {1: "finished", 2: "accepted"}
+    finally:
+        again.close()
 
 
 # A serving process that dies as the kernel's OOM killer ends it: SIGKILL, in the middle of a journal write.

@@ -14,6 +14,8 @@ from hookrunner.config import Config, Header
 from hookrunner.hooks.load import HookRegistry
 from hookrunner.hooks.request import Request
 from hookrunner.run.executor import CommandRunner
+from hookrunner.run.journal import JournalUnwritable
+from hookrunner.serve.answers import MSG_UNJOURNALED
 from hookrunner.serve.app import HookApp, create_app
 
 HOOKS = [
@@ -55,15 +57,20 @@ HOOKS = [
 ]  # fmt: skip
 
 
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[FlaskClient]:
+def hooks_client(tmp_path: Path, runner: CommandRunner) -> FlaskClient:
+    """A test client of the app serving HOOKS, with one global header, running through `runner`."""
     path = tmp_path / "hooks.json"
     path.write_text(json.dumps(HOOKS))
     config = Config(hooks=(str(path),), headers=(Header("x-global", "g"),))
     registry = HookRegistry(config.hooks_files)
     registry.load_initial()
+    return create_app(config, registry, runner).test_client()
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[FlaskClient]:
     runner = CommandRunner()
-    yield create_app(config, registry, runner).test_client()
+    yield hooks_client(tmp_path, runner)
     runner.shutdown(5)
 
 
@@ -214,3 +221,54 @@ def test_json_parameters_that_do_not_parse_leave_no_cycle(tmp_path: Path) -> Non
     finally:
         gc.enable()
     assert unreachable == 0
+
+
+class _UnwritableJournal:
+    """The run journal (-state-dir) on a full disk, as the app sees it: it cannot record a run, and says
+    so for readiness (tests/run/test_journal.py fills a real one)."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.can_write = False
+        self.finishes: tuple[list[int], str] | None = None
+
+    def record(self, spec: object) -> int:
+        if not self.can_write:
+            raise JournalUnwritable("/state/journal.sqlite3")
+        return 1
+
+    def writable(self) -> bool:
+        return self.can_write
+
+    def started(self, run_id: int, leader: object) -> None:
+        pass
+
+    def add_process(self, run_id: int, process: object) -> None:
+        pass
+
+    def finished(self, run_ids: list[int], exit_status: str) -> None:
+        self.finishes = (run_ids, exit_status)
+
+
+def test_a_run_the_journal_cannot_record_is_503_with_retry_after_and_readiness_follows(tmp_path: Path) -> None:
+    runner = CommandRunner()
+    journal = _UnwritableJournal()
+    runner.journal = journal  # type: ignore[assignment]
+    client = hooks_client(tmp_path, runner)
+    for hook, hook_header in (("async", None), ("echo", "yes")):
+        response = client.post(f"/hooks/{hook}")
+        assert (response.status_code, response.data) == (503, MSG_UNJOURNALED)
+        assert response.headers["Retry-After"] == "5"
+        assert response.headers["Content-Type"] == "text/plain; charset=utf-8"
+        assert response.headers["X-Global"] == "g"
+        assert response.headers.get("X-From-Hook") == hook_header
+    assert runner.running == runner.queued == 0  # nothing ran
+    assert client.get("/healthz").status_code == 200  # alive, only not ready
+    response = client.get("/healthz?ready")
+    assert (response.status_code, response.data) == (503, MSG_UNJOURNALED)
+    journal.can_write = True
+    assert client.get("/healthz?ready").status_code == 200
+    assert client.post("/hooks/async").status_code == 200
+    runner.shutdown(5)
+    assert journal.finishes == ([1], "exit status 0")
