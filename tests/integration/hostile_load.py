@@ -191,14 +191,14 @@ class Probe:
     """A normal client: a push every `interval` on a fresh connection, each answer timed. It runs in a
     process of its own, so that the attacking threads of this process do not delay it (the GIL)."""
 
-    def __init__(self, port: int, interval: float = 0.1, limit: float = 600) -> None:
-        self.port, self.interval, self.limit = port, interval, limit
+    def __init__(self, port: int, interval: float = 0.1, limit: float = 600, get: str = "") -> None:
+        self.port, self.interval, self.limit, self.get = port, interval, limit, get
         self.latencies: list[float] = []
         self.failures: list[str] = []
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Probe:
-        argv = [sys.executable, __file__, "probe", str(self.port), str(self.interval), str(self.limit)]
+        argv = [sys.executable, __file__, "probe", str(self.port), str(self.interval), str(self.limit), self.get]
         self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         return self
 
@@ -226,13 +226,16 @@ class Probe:
         return f"{self.answered} answered, {len(self.failures)} failed{first}, p99 {self.p99_ms():.1f} ms"
 
 
-def _probe_main(port: int, interval: float, limit: float) -> None:
-    """The probe's process: pushes until a line (or the end) comes on stdin, then prints the results."""
+def _probe_main(port: int, interval: float, limit: float, get: str = "") -> None:
+    """The probe's process: pushes (or GETs of `get`) until a line (or the end) comes on stdin, then prints
+    the results."""
     stop = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
     latencies: list[float] = []
     failures: list[str] = []
     data = push("/hooks/ping", b"{}")
+    if get:
+        data = f"GET {get} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
     end = time.monotonic() + limit
     while not stop.is_set() and time.monotonic() < end:
         began = time.monotonic()
@@ -249,8 +252,8 @@ def _probe_main(port: int, interval: float, limit: float) -> None:
 
 
 @contextmanager
-def probing(port: int, interval: float = 0.1) -> Iterator[Probe]:
-    probe = Probe(port, interval).start()
+def probing(port: int, interval: float = 0.1, get: str = "") -> Iterator[Probe]:
+    probe = Probe(port, interval, get=get).start()
     try:
         yield probe
     finally:
@@ -331,7 +334,7 @@ def oversized_head(port: int, kind: str, size: int) -> tuple[bytes, float]:
     """Send a head of `size` bytes (a long header, or a long request line) as fast as the server takes it;
     returns the answer and the seconds from crossing net/http's limit (1 MB + 4 KiB) to the answer."""
     if kind == "line":
-        data = b"GET /" + b"a" * size + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+        data = b"GET /" + b"a" * size + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     else:
         data = b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * size + b"\r\n\r\n"
     limit = (1 << 20) + 4096
@@ -474,10 +477,62 @@ def queue_memory(target: Target, count: int) -> tuple[int, float]:
     return answered, target.rss_mb() - before
 
 
+# ------------------------------------------------------------------------------------ the admin listener
+
+
+def listener_pid(pids: list[int], port: int) -> int | None:
+    """Which of `pids` listens on 127.0.0.1:`port` (hookrunner's admin listener is a process of its own)."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(f":{port:04X}") and fields[3] == "0A":
+            inodes.add(f"socket:[{fields[9]}]")
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                    return pid
+        except OSError:
+            continue
+    return None
+
+
+def threads(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
+
+
+def rss_of(pid: int) -> float:
+    """One process's RSS in MB (0 once it has gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def long_request_lines(port: int, count: int, size: int = 70_000) -> int:
+    """`count` requests whose request line is `size` bytes, longer than the server takes; returns how many
+    were refused (414; net/http answers 431: its limit, 1 MiB + 4 KiB, is on the whole head)."""
+    data = b"GET /" + b"a" * size + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    refused = 0
+    for _ in range(count):
+        try:
+            answer = request(port, data, 10)
+        except OSError:
+            continue
+        refused += answer.startswith((b"HTTP/1.1 414", b"HTTP/1.0 414", b"HTTP/1.1 431"))
+    return refused
+
+
 def free_fds() -> int:
     return raise_fd_limit() - len(os.listdir("/proc/self/fd"))
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["probe"]:
     raise_fd_limit()
-    _probe_main(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]))
+    _probe_main(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), *sys.argv[5:6])
