@@ -12,6 +12,7 @@ import os
 import resource
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -107,15 +108,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start(name: str, argv: list[str], workdir: Path, hook_list: list[dict[str, object]]) -> Target:
-    """Start `argv` (hookrunner or webhook) with the hooks on a free port; wait until `/` answers."""
+def start(
+    name: str, argv: list[str], workdir: Path, hook_list: list[dict[str, object]], secure: bool = False
+) -> Target:
+    """Start `argv` (hookrunner or webhook) with the hooks on a free port; wait until `/` answers. With
+    `secure`, it serves TLS (-secure) with a certificate made for it in `workdir`."""
     hooks_path = workdir / f"{name}-hooks.json"
     hooks_path.write_text(json.dumps(hook_list))
     port = free_port()
     log_path = workdir / f"{name}.log"
+    tls: list[str] = []
+    if secure:
+        import trustme
+
+        cert = trustme.CA().issue_cert(HOST, "localhost")
+        cert.private_key_and_cert_chain_pem.write_to_path(str(workdir / "cert.pem"))
+        cert.private_key_pem.write_to_path(str(workdir / "key.pem"))
+        tls = ["-secure", "-cert", str(workdir / "cert.pem"), "-key", str(workdir / "key.pem")]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [*argv, "-hooks", str(hooks_path), "-ip", HOST, "-port", str(port), "-verbose"],
+            [*argv, "-hooks", str(hooks_path), "-ip", HOST, "-port", str(port), "-verbose", *tls],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=workdir,
@@ -126,7 +138,7 @@ def start(name: str, argv: list[str], workdir: Path, hook_list: list[dict[str, o
         if process.poll() is not None:
             raise RuntimeError(f"{name} exited: {target.log}")
         try:
-            if request(port, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 2).startswith(
+            if request(port, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 2, secure).startswith(
                 b"HTTP/1.1 200"
             ):
                 return target
@@ -153,11 +165,20 @@ def stop(target: Target) -> None:
                 pass
 
 
-def request(port: int, data: bytes, timeout: float = 10.0) -> bytes:
-    """Send raw bytes, read until the server closes (or `timeout` passes: then what came)."""
-    with socket.create_connection((HOST, port), timeout=timeout) as sock:
+def request(port: int, data: bytes, timeout: float = 10.0, secure: bool = False) -> bytes:
+    """Send raw bytes (over TLS, not verified, with `secure`), read until the server closes (or `timeout`
+    passes: then what came)."""
+    with socket.create_connection((HOST, port), timeout=timeout) as raw:
+        sock = _unverified().wrap_socket(raw, server_hostname="localhost") if secure else raw
         sock.sendall(data)
         return receive(sock, time.monotonic() + timeout)
+
+
+def _unverified() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def receive(sock: socket.socket, deadline: float, done: Callable[[bytes], bool] | None = None) -> bytes:
@@ -527,6 +548,67 @@ def long_request_lines(port: int, count: int, size: int = 70_000) -> int:
             continue
         refused += answer.startswith((b"HTTP/1.1 414", b"HTTP/1.0 414", b"HTTP/1.1 431"))
     return refused
+
+
+# ----------------------------------------------------------------------------------------------- TLS
+
+
+def tls_flood(port: int, count: int, kind: str, concurrency: int = 32) -> int:
+    """`count` TLS connections: `full` completes a handshake and closes, `concurrency` at a time; `held`
+    opens all `count` at once, sends a ClientHello on each, and closes them all only once every one is
+    sent (handshakes the server has begun and must hold, then aborted). Returns how many handshakes
+    completed (full) or ClientHellos were sent (held)."""
+    context = _unverified()
+    if kind == "held":
+        socks, sent = [], 0
+        try:
+            for _ in range(count):
+                try:
+                    sock = socket.create_connection((HOST, port), timeout=10)
+                except OSError:
+                    continue
+                socks.append(sock)
+                outgoing = ssl.MemoryBIO()
+                client = context.wrap_bio(ssl.MemoryBIO(), outgoing, server_hostname="localhost")
+                try:
+                    client.do_handshake()
+                except ssl.SSLWantReadError:
+                    pass
+                try:
+                    sock.sendall(outgoing.read())
+                    sent += 1
+                except OSError:
+                    pass
+            time.sleep(1)  # the server answers each ClientHello meanwhile
+        finally:
+            for sock in socks:
+                sock.close()
+        return sent
+    done = [0]
+    lock = threading.Lock()
+    left = iter(range(count))
+
+    def run() -> None:
+        while True:
+            with lock:
+                if next(left, None) is None:
+                    return
+            try:
+                with socket.create_connection((HOST, port), timeout=10) as sock, context.wrap_socket(
+                    sock, server_hostname="localhost"
+                ):
+                    pass
+            except OSError:
+                continue
+            with lock:
+                done[0] += 1
+
+    workers = [threading.Thread(target=run, daemon=True) for _ in range(concurrency)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(300)
+    return done[0]
 
 
 def free_fds() -> int:

@@ -133,3 +133,50 @@ def test_the_settled_config_reads_every_setting_as_gunicorns_config_does() -> No
     assert settled.address == cfg.address  # properties that are not settings: the Config's
     with pytest.raises(AttributeError):
         _ = settled.no_such_setting
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_heap_is_trimmed_once_a_burst_of_handshakes_is_over() -> None:
+    from hookrunner.serve.worker import HeapTrim
+
+    clock, trims = _Clock(), []
+    heap = HeapTrim(lambda: trims.append(clock.now), clock)
+    for _ in range(HeapTrim.TRIM_AFTER - 1):
+        heap.handshake()
+    clock.now += 5
+    heap.tick()
+    assert trims == []  # a few handshakes: not worth a trim
+    heap.handshake()
+    heap.tick()
+    assert trims == []  # the burst may go on
+    clock.now += HeapTrim.TRIM_QUIET
+    heap.tick()
+    heap.tick()
+    assert trims == [clock.now]  # once, after it
+
+
+def test_a_burst_that_goes_on_is_trimmed_every_so_often() -> None:
+    from hookrunner.serve.worker import HeapTrim
+
+    clock, trims = _Clock(), []
+    heap = HeapTrim(lambda: trims.append(clock.now), clock)
+    for _ in range(250):
+        for _ in range(HeapTrim.TRIM_AFTER):
+            heap.handshake()
+        heap.tick()
+        clock.now += 0.1
+    assert len(trims) == 2  # 25 s of handshakes with no pause: every TRIM_EVERY (10 s)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_malloc_trim_is_there() -> None:
+    from hookrunner.serve.worker import malloc_trim
+
+    assert malloc_trim()
