@@ -48,6 +48,11 @@ TICK = 1.0
 #: Accepts per wake-up before the heads already there are read.
 ACCEPTS = 256
 
+#: After a failed accept (out of descriptors, say) the listener rests, as net/http's does: 5 ms, doubled
+#: after each failure in a row, at most 1 s. Without a rest its backlog keeps it readable, and the selector
+#: would spin.
+ACCEPT_REST = (0.005, 1.0)
+
 _HEAD_END = re.compile(rb"\n\r?\n")
 
 _REFUSED = {
@@ -168,6 +173,10 @@ class AdminConnections:
         self._pending: deque[_Connection] = deque()  # in the order of their deadlines (one limit for all)
         self._scratch = bytearray(HEAD_BYTES + 1)
         self._stopping = False
+        #: Failed accepts, and when the listener is taken back after its rest (None: it is listened to).
+        self.accept_errors = 0
+        self._rest = 0.0
+        self._resume: float | None = None
         self._wake_read, self._wake_write = socket.socketpair()
         self._wake_read.setblocking(False)
 
@@ -193,6 +202,9 @@ class AdminConnections:
                 now = time.monotonic()
                 self._expire(now)
                 self.refusals.flush(now)
+                if self._resume is not None and now >= self._resume:
+                    self._resume = None
+                    self._selector.register(self._listener, selectors.EVENT_READ, None)
         finally:
             self._close()
 
@@ -203,6 +215,8 @@ class AdminConnections:
         due = self.refusals.due()
         if due is not None:
             wake.append(due)
+        if self._resume is not None:
+            wake.append(self._resume)
         return max(0.0, min(wake) - time.monotonic())
 
     def _accept(self) -> None:
@@ -212,8 +226,13 @@ class AdminConnections:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # out of descriptors, say: the rest wait in the backlog
+                self.accept_errors += 1
                 self.refusals.note(f"accept: {exc.strerror or exc}")
+                self._rest = min(ACCEPT_REST[1], max(ACCEPT_REST[0], self._rest * 2))
+                self._resume = time.monotonic() + self._rest
+                self._selector.unregister(self._listener)
                 return
+            self._rest = 0.0
             sock.setblocking(False)
             deadline = time.monotonic() + self._read_timeout if self._read_timeout else None
             conn = _Connection(sock, peer, deadline)
