@@ -59,7 +59,6 @@ from hookrunner.serve.worker import (
     handshake_failed,
     share_one_arena,
     shutdown_reading,
-    tls_heap,
 )
 
 T = TypeVar("T")
@@ -569,7 +568,6 @@ class GreenWorker(WebhookWorker, GeventWorker):
             _context=ctx.ssl_context,
         )
         limit = ctx.config.read_timeout
-        tls_heap.handshake()
         self._handshaking.add(tls_sock)
         try:
             # One bound for the whole handshake: a socket timeout would start again at every read.

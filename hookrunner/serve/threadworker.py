@@ -12,14 +12,7 @@ import gunicorn.workers.gthread
 from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
-from hookrunner.serve.worker import (
-    DeadlineSocket,
-    WebhookWorker,
-    ctx,
-    handshake_expired,
-    handshake_failed,
-    tls_heap,
-)
+from hookrunner.serve.worker import DeadlineSocket, WebhookWorker, ctx, handshake_expired, handshake_failed
 
 
 class _TimedConn(TConn):
@@ -34,8 +27,6 @@ class _TimedConn(TConn):
         timer: threading.Timer | None = None
         handle: socket.socket | None = None
         expired = threading.Event()
-        if self.cfg.is_ssl:
-            tls_heap.handshake()
         if limit > 0 and self.cfg.is_ssl:
             # The handshake reads too; a stalled one is ended by shutting the connection down under it.
             # Wrapping detaches the descriptor from self.sock, so the timer holds a duplicate of its own

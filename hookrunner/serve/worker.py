@@ -140,12 +140,12 @@ def malloc_trim() -> bool:
 
 class HeapTrim:
     """The heap given back after a burst of TLS handshakes. Each handshake allocates OpenSSL's objects and
-    buffers (tens of KB) on the heap, and thousands at once leave it full of free pages between the
-    blocks still in use, which glibc keeps: RSS stayed at its high-water mark after each flood (67 -> 136
-    -> 149 -> 151 MB over three, docs/limits.md). `tick()`, called by the worker's loop, trims once
-    TRIM_AFTER handshakes have begun since the last trim and either none has for TRIM_QUIET seconds (the
-    burst is over) or TRIM_EVERY seconds have passed (a burst that goes on): a few milliseconds, rarely,
-    and never for plain HTTP."""
+    buffers on the heap, and thousands at once leave it full of free pages between the blocks still in
+    use, which glibc keeps: RSS stayed at its high-water mark after each flood (docs/limits.md, TLS
+    floods). `tick(begun)`, called by the worker's loop with how many handshakes have begun so far
+    (OpenSSL's own count, SSLContext.session_stats()), trims once TRIM_AFTER have begun since the last
+    trim and either none has for TRIM_QUIET seconds (the burst is over) or TRIM_EVERY seconds have passed
+    (a burst that goes on): a few milliseconds, rarely, and never for plain HTTP."""
 
     TRIM_AFTER = 64
     TRIM_QUIET = 1.0
@@ -155,26 +155,18 @@ class HeapTrim:
         self, trim: Callable[[], object] = malloc_trim, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._trim, self._clock = trim, clock
-        self._count = 0
+        self._begun = self._trimmed_at_count = 0
         self._last = self._trimmed = clock()
 
-    def handshake(self) -> None:
-        """A TLS handshake begins (from any thread: the count need not be exact)."""
-        self._count += 1
-        self._last = self._clock()
-
-    def tick(self) -> None:
-        if self._count < self.TRIM_AFTER:
-            return
+    def tick(self, begun: int) -> None:
         now = self._clock()
+        if begun != self._begun:
+            self._begun, self._last = begun, now
+        if begun - self._trimmed_at_count < self.TRIM_AFTER:
+            return
         if now - self._last >= self.TRIM_QUIET or now - self._trimmed >= self.TRIM_EVERY:
-            self._count = 0
-            self._trimmed = now
+            self._trimmed_at_count, self._trimmed = begun, now
             self._trim()
-
-
-#: The worker's: its handshakes counted by greenworker.py and threadworker.py, its loop's notify() ticks it.
-tls_heap = HeapTrim()
 
 
 class _Reloader:
@@ -396,9 +388,12 @@ class WebhookWorker(Worker):
     def request_local(self) -> Any:
         raise NotImplementedError
 
+    _heap = HeapTrim()
+
     def notify(self) -> None:
         super().notify()
-        tls_heap.tick()
+        if ctx.ssl_context is not None:
+            self._heap.tick(ctx.ssl_context.session_stats()["accept"])
 
     def init_process(self) -> None:
         map_big_allocations()

@@ -148,17 +148,17 @@ def test_the_heap_is_trimmed_once_a_burst_of_handshakes_is_over() -> None:
 
     clock, trims = _Clock(), []
     heap = HeapTrim(lambda: trims.append(clock.now), clock)
-    for _ in range(HeapTrim.TRIM_AFTER - 1):
-        heap.handshake()
+    begun = HeapTrim.TRIM_AFTER - 1
+    heap.tick(begun)
     clock.now += 5
-    heap.tick()
+    heap.tick(begun)
     assert trims == []  # a few handshakes: not worth a trim
-    heap.handshake()
-    heap.tick()
+    begun += 1
+    heap.tick(begun)
     assert trims == []  # the burst may go on
     clock.now += HeapTrim.TRIM_QUIET
-    heap.tick()
-    heap.tick()
+    heap.tick(begun)
+    heap.tick(begun)
     assert trims == [clock.now]  # once, after it
 
 
@@ -167,10 +167,10 @@ def test_a_burst_that_goes_on_is_trimmed_every_so_often() -> None:
 
     clock, trims = _Clock(), []
     heap = HeapTrim(lambda: trims.append(clock.now), clock)
+    begun = 0
     for _ in range(250):
-        for _ in range(HeapTrim.TRIM_AFTER):
-            heap.handshake()
-        heap.tick()
+        begun += HeapTrim.TRIM_AFTER
+        heap.tick(begun)
         clock.now += 0.1
     assert len(trims) == 2  # 25 s of handshakes with no pause: every TRIM_EVERY (10 s)
 
