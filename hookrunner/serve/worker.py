@@ -145,11 +145,14 @@ class HeapTrim:
     floods). `tick(begun)`, called by the worker's loop with how many handshakes have begun so far
     (OpenSSL's own count, SSLContext.session_stats()), trims once TRIM_AFTER have begun since the last
     trim and either none has for TRIM_QUIET seconds (the burst is over) or TRIM_EVERY seconds have passed
-    (a burst that goes on): a few milliseconds, rarely, and never for plain HTTP."""
+    (a burst that goes on). The connections a burst opened may end later (a client holding its
+    handshakes open, then dropping them all), so the trim is done again FOLLOW_UPS seconds after it. A
+    trim takes a few milliseconds, less with little to give back; none for plain HTTP."""
 
     TRIM_AFTER = 64
     TRIM_QUIET = 1.0
     TRIM_EVERY = 10.0
+    FOLLOW_UPS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
     def __init__(
         self, trim: Callable[[], object] = malloc_trim, clock: Callable[[], float] = time.monotonic
@@ -157,15 +160,20 @@ class HeapTrim:
         self._trim, self._clock = trim, clock
         self._begun = self._trimmed_at_count = 0
         self._last = self._trimmed = clock()
+        self._follow: list[float] = []
 
     def tick(self, begun: int) -> None:
         now = self._clock()
         if begun != self._begun:
             self._begun, self._last = begun, now
-        if begun - self._trimmed_at_count < self.TRIM_AFTER:
-            return
-        if now - self._last >= self.TRIM_QUIET or now - self._trimmed >= self.TRIM_EVERY:
+        if begun - self._trimmed_at_count >= self.TRIM_AFTER and (
+            now - self._last >= self.TRIM_QUIET or now - self._trimmed >= self.TRIM_EVERY
+        ):
             self._trimmed_at_count, self._trimmed = begun, now
+            self._follow = [now + later for later in self.FOLLOW_UPS]
+            self._trim()
+        elif self._follow and now >= self._follow[0]:
+            self._follow = [when for when in self._follow if when > now]
             self._trim()
 
 

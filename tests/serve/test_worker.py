@@ -160,6 +160,11 @@ def test_the_heap_is_trimmed_once_a_burst_of_handshakes_is_over() -> None:
     heap.tick(begun)
     heap.tick(begun)
     assert trims == [clock.now]  # once, after it
+    burst = clock.now
+    for step in range(1, 1001):  # 100 s with no handshake: the connections it opened end meanwhile
+        clock.now = burst + step / 10
+        heap.tick(begun)
+    assert [round(when - burst, 1) for when in trims] == [0.0, *HeapTrim.FOLLOW_UPS]
 
 
 def test_a_burst_that_goes_on_is_trimmed_every_so_often() -> None:
@@ -168,11 +173,12 @@ def test_a_burst_that_goes_on_is_trimmed_every_so_often() -> None:
     clock, trims = _Clock(), []
     heap = HeapTrim(lambda: trims.append(clock.now), clock)
     begun = 0
-    for _ in range(250):
+    for step in range(250):
+        clock.now = 100 + step / 10
         begun += HeapTrim.TRIM_AFTER
         heap.tick(begun)
-        clock.now += 0.1
-    assert len(trims) == 2  # 25 s of handshakes with no pause: every TRIM_EVERY (10 s)
+    # 25 s of handshakes with no pause: every TRIM_EVERY (10 s), with the follow-ups of each between
+    assert [round(when - 100) for when in trims] == [10, 11, 12, 14, 18, 20, 21, 22, 24]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
