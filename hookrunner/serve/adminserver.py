@@ -10,7 +10,6 @@ the master loses nothing already sent. docs/history.md says why.
 
 from __future__ import annotations
 
-import io
 import ipaddress
 import os
 import secrets
@@ -23,9 +22,6 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
-
-from werkzeug.serving import WSGIRequestHandler, make_server
 
 from hookrunner.config import Config
 from hookrunner.errors import AdminSetupError
@@ -98,74 +94,6 @@ def open_admin(config: Config) -> AdminListener:
         raise AdminSetupError(f"listen tcp {config.admin_addr}: {exc.strerror or exc}") from exc
     bound_port = sock.getsockname()[1]
     return AdminListener(sock, host, bound_port, token)
-
-
-class _QuietHandler(WSGIRequestHandler):
-    """werkzeug's handler without its per-request log lines (the hooks log stays webhook's), and without the
-    versions of werkzeug and Python in its `Server` header."""
-
-    def version_string(self) -> str:
-        return "hookrunner-admin"
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass
-
-    def log(self, type: str, message: str, *args: Any) -> None:
-        # A client cut off by the read timeout (an idle kept-alive browser, say) is not an error worth a line.
-        if type == "error" and not message.startswith("Request timed out"):
-            log.output("admin listener: " + (message % args if args else message).strip())
-
-
-class _RequestDeadline(io.RawIOBase):
-    """A connection's reads, each given what is left of one deadline: a request must have arrived whole
-    (from the wait for its first byte to the last of its body) within -read-timeout, however it trickles.
-    Writes keep the socket's own timeout, -read-timeout for each."""
-
-    def __init__(self, sock: socket.socket, limit: float) -> None:
-        self._sock = sock
-        self._limit = limit
-        self.start()
-
-    def start(self) -> None:
-        """A new request: the whole of it must arrive within the limit from now."""
-        self._deadline = time.monotonic() + self._limit
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the request did not arrive within -read-timeout")
-        self._sock.settimeout(left)
-        try:
-            return self._sock.recv_into(buffer)
-        finally:
-            self._sock.settimeout(self._limit)
-
-
-def _handler(read_timeout: float) -> type[_QuietHandler]:
-    """The handler class with -read-timeout (0: none) as the time a request has to arrive whole: a client
-    that sends nothing for that long, between requests or within one, or that sends too slowly, is
-    disconnected and its thread ends."""
-
-    class Handler(_QuietHandler):
-        timeout = read_timeout or None
-        _reads: _RequestDeadline | None = None
-
-        def setup(self) -> None:
-            super().setup()
-            if read_timeout:
-                self.rfile.close()  # the socket's own reader: replaced, and its hold on the socket let go
-                self._reads = _RequestDeadline(self.connection, read_timeout)
-                self.rfile = io.BufferedReader(self._reads, max(self.rbufsize, io.DEFAULT_BUFFER_SIZE))
-
-        def handle_one_request(self) -> None:
-            if self._reads is not None:
-                self._reads.start()
-            super().handle_one_request()
-
-    return Handler
 
 
 @dataclass
@@ -259,20 +187,13 @@ def _serve_admin(
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     from hookrunner.serve.admin import create_admin_app
+    from hookrunner.serve.adminconns import AdminConnections
 
     store = open_store(config)
     feed = FeedServer(feed_address, feed_key, store.apply, store.worker_gone)
     feed.start()
     app = create_admin_app(store, admin.token, config)
-    server = make_server(
-        admin.host or "0.0.0.0",
-        admin.port,
-        app,
-        threaded=True,
-        request_handler=_handler(config.read_timeout),
-        fd=admin.sock.fileno(),
-    )
-    admin.sock.close()  # werkzeug serves a duplicate of it
+    server = AdminConnections(admin.sock, app, config.read_timeout)
 
     def orphaned() -> None:
         # The master died without stopping us (kill -9): nobody would, and the port would stay taken.

@@ -14,6 +14,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import gunicorn.http.message
@@ -122,6 +123,58 @@ def share_one_arena() -> bool:
     hand the GIL to each other, so they seldom allocate at the same moment. Returns False where there is
     no mallopt (not glibc)."""
     return _mallopt(M_ARENA_MAX, 1)
+
+
+def malloc_trim() -> bool:
+    """glibc's malloc_trim(0): give the system every free page of the heap, not only its top (where the
+    trim threshold applies). False where there is none (not glibc)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = (ctypes.c_size_t,)
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True
+
+
+class HeapTrim:
+    """The heap given back after a burst of TLS handshakes. Each handshake allocates OpenSSL's objects and
+    buffers on the heap, and thousands at once leave it full of free pages between the blocks still in
+    use, which glibc keeps: RSS stayed at its high-water mark after each flood (docs/limits.md, TLS
+    floods). `tick(begun)`, called by the worker's loop with how many handshakes have begun so far
+    (OpenSSL's own count, SSLContext.session_stats()), trims once TRIM_AFTER have begun since the last
+    trim and either none has for TRIM_QUIET seconds (the burst is over) or TRIM_EVERY seconds have passed
+    (a burst that goes on). The connections a burst opened may end later (a client holding its
+    handshakes open, then dropping them all), so the trim is done again FOLLOW_UPS seconds after it. A
+    trim takes a few milliseconds, less with little to give back; none for plain HTTP."""
+
+    TRIM_AFTER = 64
+    TRIM_QUIET = 1.0
+    TRIM_EVERY = 10.0
+    FOLLOW_UPS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+
+    def __init__(
+        self, trim: Callable[[], object] = malloc_trim, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._trim, self._clock = trim, clock
+        self._begun = self._trimmed_at_count = 0
+        self._last = self._trimmed = clock()
+        self._follow: list[float] = []
+
+    def tick(self, begun: int) -> None:
+        now = self._clock()
+        if begun != self._begun:
+            self._begun, self._last = begun, now
+        if begun - self._trimmed_at_count >= self.TRIM_AFTER and (
+            now - self._last >= self.TRIM_QUIET or now - self._trimmed >= self.TRIM_EVERY
+        ):
+            self._trimmed_at_count, self._trimmed = begun, now
+            self._follow = [now + later for later in self.FOLLOW_UPS]
+            self._trim()
+        elif self._follow and now >= self._follow[0]:
+            self._follow = [when for when in self._follow if when > now]
+            self._trim()
 
 
 class _Reloader:
@@ -342,6 +395,13 @@ class WebhookWorker(Worker):
 
     def request_local(self) -> Any:
         raise NotImplementedError
+
+    _heap = HeapTrim()
+
+    def notify(self) -> None:
+        super().notify()
+        if ctx.ssl_context is not None:
+            self._heap.tick(ctx.ssl_context.session_stats()["accept"])
 
     def init_process(self) -> None:
         map_big_allocations()

@@ -12,6 +12,7 @@ import os
 import resource
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -107,15 +108,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start(name: str, argv: list[str], workdir: Path, hook_list: list[dict[str, object]]) -> Target:
-    """Start `argv` (hookrunner or webhook) with the hooks on a free port; wait until `/` answers."""
+def start(
+    name: str, argv: list[str], workdir: Path, hook_list: list[dict[str, object]], secure: bool = False
+) -> Target:
+    """Start `argv` (hookrunner or webhook) with the hooks on a free port; wait until `/` answers. With
+    `secure`, it serves TLS (-secure) with a certificate made for it in `workdir`."""
     hooks_path = workdir / f"{name}-hooks.json"
     hooks_path.write_text(json.dumps(hook_list))
     port = free_port()
     log_path = workdir / f"{name}.log"
+    tls: list[str] = []
+    if secure:
+        import trustme
+
+        cert = trustme.CA().issue_cert(HOST, "localhost")
+        cert.private_key_and_cert_chain_pem.write_to_path(str(workdir / "cert.pem"))
+        cert.private_key_pem.write_to_path(str(workdir / "key.pem"))
+        tls = ["-secure", "-cert", str(workdir / "cert.pem"), "-key", str(workdir / "key.pem")]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [*argv, "-hooks", str(hooks_path), "-ip", HOST, "-port", str(port), "-verbose"],
+            [*argv, "-hooks", str(hooks_path), "-ip", HOST, "-port", str(port), "-verbose", *tls],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=workdir,
@@ -126,7 +138,7 @@ def start(name: str, argv: list[str], workdir: Path, hook_list: list[dict[str, o
         if process.poll() is not None:
             raise RuntimeError(f"{name} exited: {target.log}")
         try:
-            if request(port, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 2).startswith(
+            if request(port, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 2, secure).startswith(
                 b"HTTP/1.1 200"
             ):
                 return target
@@ -153,11 +165,20 @@ def stop(target: Target) -> None:
                 pass
 
 
-def request(port: int, data: bytes, timeout: float = 10.0) -> bytes:
-    """Send raw bytes, read until the server closes (or `timeout` passes: then what came)."""
-    with socket.create_connection((HOST, port), timeout=timeout) as sock:
+def request(port: int, data: bytes, timeout: float = 10.0, secure: bool = False) -> bytes:
+    """Send raw bytes (over TLS, not verified, with `secure`), read until the server closes (or `timeout`
+    passes: then what came)."""
+    with socket.create_connection((HOST, port), timeout=timeout) as raw:
+        sock = _unverified().wrap_socket(raw, server_hostname="localhost") if secure else raw
         sock.sendall(data)
         return receive(sock, time.monotonic() + timeout)
+
+
+def _unverified() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def receive(sock: socket.socket, deadline: float, done: Callable[[bytes], bool] | None = None) -> bytes:
@@ -191,14 +212,14 @@ class Probe:
     """A normal client: a push every `interval` on a fresh connection, each answer timed. It runs in a
     process of its own, so that the attacking threads of this process do not delay it (the GIL)."""
 
-    def __init__(self, port: int, interval: float = 0.1, limit: float = 600) -> None:
-        self.port, self.interval, self.limit = port, interval, limit
+    def __init__(self, port: int, interval: float = 0.1, limit: float = 600, get: str = "") -> None:
+        self.port, self.interval, self.limit, self.get = port, interval, limit, get
         self.latencies: list[float] = []
         self.failures: list[str] = []
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Probe:
-        argv = [sys.executable, __file__, "probe", str(self.port), str(self.interval), str(self.limit)]
+        argv = [sys.executable, __file__, "probe", str(self.port), str(self.interval), str(self.limit), self.get]
         self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         return self
 
@@ -226,13 +247,16 @@ class Probe:
         return f"{self.answered} answered, {len(self.failures)} failed{first}, p99 {self.p99_ms():.1f} ms"
 
 
-def _probe_main(port: int, interval: float, limit: float) -> None:
-    """The probe's process: pushes until a line (or the end) comes on stdin, then prints the results."""
+def _probe_main(port: int, interval: float, limit: float, get: str = "") -> None:
+    """The probe's process: pushes (or GETs of `get`) until a line (or the end) comes on stdin, then prints
+    the results."""
     stop = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
     latencies: list[float] = []
     failures: list[str] = []
     data = push("/hooks/ping", b"{}")
+    if get:
+        data = f"GET {get} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
     end = time.monotonic() + limit
     while not stop.is_set() and time.monotonic() < end:
         began = time.monotonic()
@@ -249,8 +273,8 @@ def _probe_main(port: int, interval: float, limit: float) -> None:
 
 
 @contextmanager
-def probing(port: int, interval: float = 0.1) -> Iterator[Probe]:
-    probe = Probe(port, interval).start()
+def probing(port: int, interval: float = 0.1, get: str = "") -> Iterator[Probe]:
+    probe = Probe(port, interval, get=get).start()
     try:
         yield probe
     finally:
@@ -331,7 +355,7 @@ def oversized_head(port: int, kind: str, size: int) -> tuple[bytes, float]:
     """Send a head of `size` bytes (a long header, or a long request line) as fast as the server takes it;
     returns the answer and the seconds from crossing net/http's limit (1 MB + 4 KiB) to the answer."""
     if kind == "line":
-        data = b"GET /" + b"a" * size + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+        data = b"GET /" + b"a" * size + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     else:
         data = b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * size + b"\r\n\r\n"
     limit = (1 << 20) + 4096
@@ -474,10 +498,123 @@ def queue_memory(target: Target, count: int) -> tuple[int, float]:
     return answered, target.rss_mb() - before
 
 
+# ------------------------------------------------------------------------------------ the admin listener
+
+
+def listener_pid(pids: list[int], port: int) -> int | None:
+    """Which of `pids` listens on 127.0.0.1:`port` (hookrunner's admin listener is a process of its own)."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(f":{port:04X}") and fields[3] == "0A":
+            inodes.add(f"socket:[{fields[9]}]")
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                    return pid
+        except OSError:
+            continue
+    return None
+
+
+def threads(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
+
+
+def rss_of(pid: int) -> float:
+    """One process's RSS in MB (0 once it has gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def long_request_lines(port: int, count: int, size: int = 70_000) -> int:
+    """`count` requests whose request line is `size` bytes, longer than the server takes; returns how many
+    were refused (414; net/http answers 431: its limit, 1 MiB + 4 KiB, is on the whole head)."""
+    data = b"GET /" + b"a" * size + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    refused = 0
+    for _ in range(count):
+        try:
+            answer = request(port, data, 10)
+        except OSError:
+            continue
+        refused += answer.startswith((b"HTTP/1.1 414", b"HTTP/1.0 414", b"HTTP/1.1 431"))
+    return refused
+
+
+# ----------------------------------------------------------------------------------------------- TLS
+
+
+def tls_flood(port: int, count: int, kind: str, concurrency: int = 32) -> int:
+    """`count` TLS connections: `full` completes a handshake and closes, `concurrency` at a time; `held`
+    opens all `count` at once, sends a ClientHello on each, and closes them all only once every one is
+    sent (handshakes the server has begun and must hold, then aborted). Returns how many handshakes
+    completed (full) or ClientHellos were sent (held)."""
+    context = _unverified()
+    if kind == "held":
+        socks, sent = [], 0
+        try:
+            for _ in range(count):
+                try:
+                    sock = socket.create_connection((HOST, port), timeout=10)
+                except OSError:
+                    continue
+                socks.append(sock)
+                outgoing = ssl.MemoryBIO()
+                client = context.wrap_bio(ssl.MemoryBIO(), outgoing, server_hostname="localhost")
+                try:
+                    client.do_handshake()
+                except ssl.SSLWantReadError:
+                    pass
+                try:
+                    sock.sendall(outgoing.read())
+                    sent += 1
+                except OSError:
+                    pass
+            time.sleep(1)  # the server answers each ClientHello meanwhile
+        finally:
+            for sock in socks:
+                sock.close()
+        return sent
+    done = [0]
+    lock = threading.Lock()
+    left = iter(range(count))
+
+    def run() -> None:
+        while True:
+            with lock:
+                if next(left, None) is None:
+                    return
+            try:
+                with socket.create_connection((HOST, port), timeout=10) as sock, context.wrap_socket(
+                    sock, server_hostname="localhost"
+                ):
+                    pass
+            except OSError:
+                continue
+            with lock:
+                done[0] += 1
+
+    workers = [threading.Thread(target=run, daemon=True) for _ in range(concurrency)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(300)
+    return done[0]
+
+
 def free_fds() -> int:
     return raise_fd_limit() - len(os.listdir("/proc/self/fd"))
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["probe"]:
     raise_fd_limit()
-    _probe_main(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]))
+    _probe_main(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), *sys.argv[5:6])

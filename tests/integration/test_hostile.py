@@ -7,7 +7,9 @@ Bounds here are generous (this machine is shared); the targets themselves are me
 
 from __future__ import annotations
 
+import http.client
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -32,11 +34,14 @@ from hostile_load import (
     raise_fd_limit,
     receive,
     request,
+    rss_of,
     start,
     stop,
+    tls_flood,
     xml_body,
 )
 from integration_harness import HOOKRUNNER_TEST_FLAGS, REFERENCE_BINARY, reference_available
+from test_serving import ECHO_HOOK, Server, tls_files, wait_until
 
 GO_431 = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -364,3 +369,31 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_memory_comes_back_after_tls_floods(tmp_path: Path, servers: list[Server]) -> None:
+    """Issue 34, item 6: two floods of 2,000 TLS handshakes and 2,000 begun and abandoned, and RSS comes
+    back within 20 MB of where it was (main's code on the gevent worker: 70 -> 146-169 MB, the handshakes'
+    free pages kept in the heap; on gthread, whose handshakes are on threads with arenas of their own, it
+    passed before as well)."""
+    raise_fd_limit()
+    _, flags = tls_files(tmp_path)
+    server = Server(tmp_path, [ECHO_HOOK], *flags)
+    servers.append(server)
+    client = ssl.create_default_context()
+    client.check_hostname, client.verify_mode = False, ssl.CERT_NONE
+    server.ready(lambda: http.client.HTTPSConnection("127.0.0.1", server.port, context=client, timeout=10))
+
+    def rss() -> float:
+        master = server.process.pid
+        children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+        return sum(rss_of(pid) for pid in (master, *map(int, children)))
+
+    before = rss()
+    for _ in range(2):
+        assert tls_flood(server.port, 2000, "full", 200) >= 1900
+        assert tls_flood(server.port, 2000, "held") >= 1900
+        assert wait_until(lambda: rss() <= before + 20, timeout=30), f"RSS {before:.0f} -> {rss():.0f} MB"
+    status = server.request("GET", "/", conn=http.client.HTTPSConnection(
+        "127.0.0.1", server.port, context=client, timeout=10))[0]
+    assert status == 200

@@ -133,3 +133,56 @@ def test_the_settled_config_reads_every_setting_as_gunicorns_config_does() -> No
     assert settled.address == cfg.address  # properties that are not settings: the Config's
     with pytest.raises(AttributeError):
         _ = settled.no_such_setting
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_heap_is_trimmed_once_a_burst_of_handshakes_is_over() -> None:
+    from hookrunner.serve.worker import HeapTrim
+
+    clock, trims = _Clock(), []
+    heap = HeapTrim(lambda: trims.append(clock.now), clock)
+    begun = HeapTrim.TRIM_AFTER - 1
+    heap.tick(begun)
+    clock.now += 5
+    heap.tick(begun)
+    assert trims == []  # a few handshakes: not worth a trim
+    begun += 1
+    heap.tick(begun)
+    assert trims == []  # the burst may go on
+    clock.now += HeapTrim.TRIM_QUIET
+    heap.tick(begun)
+    heap.tick(begun)
+    assert trims == [clock.now]  # once, after it
+    burst = clock.now
+    for step in range(1, 1001):  # 100 s with no handshake: the connections it opened end meanwhile
+        clock.now = burst + step / 10
+        heap.tick(begun)
+    assert [round(when - burst, 1) for when in trims] == [0.0, *HeapTrim.FOLLOW_UPS]
+
+
+def test_a_burst_that_goes_on_is_trimmed_every_so_often() -> None:
+    from hookrunner.serve.worker import HeapTrim
+
+    clock, trims = _Clock(), []
+    heap = HeapTrim(lambda: trims.append(clock.now), clock)
+    begun = 0
+    for step in range(250):
+        clock.now = 100 + step / 10
+        begun += HeapTrim.TRIM_AFTER
+        heap.tick(begun)
+    # 25 s of handshakes with no pause: every TRIM_EVERY (10 s), with the follow-ups of each between
+    assert [round(when - 100) for when in trims] == [10, 11, 12, 14, 18, 20, 21, 22, 24]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_malloc_trim_is_there() -> None:
+    from hookrunner.serve.worker import malloc_trim
+
+    assert malloc_trim()
