@@ -40,6 +40,7 @@ EXIT_STATUSES: tuple[tuple[str, str], ...] = (
 #: (path, what it is) in the Debian package's layout (scripts/deb).
 FILES: tuple[tuple[str, str], ...] = (
     ("/etc/webhook.conf", "The hooks file that hookrunner.service serves, as Debian's webhook.service does."),
+    ("/etc/default/hookrunner", "HOOKRUNNER_OPTS: the flags hookrunner.service adds (-verbose as shipped)."),
     ("/var/lib/hookrunner", "The run journal (-state-dir) of hookrunner.service: accepted runs survive a "
                             "restart."),
     ("/lib/systemd/system/hookrunner.service", "The service, a drop-in for Debian's webhook.service."),

@@ -127,7 +127,9 @@ class Machine:
 
 def boot(base: str, deb: Path) -> Machine:
     name = f"hookrunner-deb-{uuid.uuid4().hex[:8]}"
-    podman("run", "-d", "--name", name, "--systemd=always", "--network=none", *ULIMITS,
+    # --privileged: without CAP_SYS_ADMIN systemd sets up no mount namespace and would leave the unit's
+    # sandbox (ProtectSystem, PrivateTmp, ...) out, "assuming containerized execution".
+    podman("run", "-d", "--name", name, "--privileged", "--systemd=always", "--network=none", *ULIMITS,
            "-v", f"{deb}:/tmp/{deb.name}:ro", base, "/lib/systemd/systemd")
     machine = Machine(name)
     state = machine.wait("state=$(systemctl is-system-running); echo $state; "
@@ -151,15 +153,16 @@ HOOKS = """[
    "pass-arguments-to-command": [{"source": "url", "name": "who"}]},
   {"id": "slow", "execute-command": "/usr/local/bin/slow", "max-concurrency": 1, "max-queue": 10,
    "pass-arguments-to-command": [{"source": "url", "name": "n"}]},
-  {"id": "escape", "execute-command": "/usr/local/bin/escape"}
+  {"id": "escape", "execute-command": "/usr/local/bin/escape"},
+  {"id": "sandbox", "execute-command": "/usr/local/bin/sandbox", "include-command-output-in-response": true}
 ]
 """
 
-# Appends its start and end to /var/tmp/runs.log and takes 5 s.
+# Appends its start and end to /srv/runs.log and takes 5 s.
 SLOW = """#!/bin/sh
-echo "start $1" >> /var/tmp/runs.log
+echo "start $1" >> /srv/runs.log
 sleep 5
-echo "end $1" >> /var/tmp/runs.log
+echo "end $1" >> /srv/runs.log
 """
 
 # Leaves a grandchild in a session of its own (out of the command's process group), then waits.
@@ -169,12 +172,22 @@ exec sleep 302
 """
 
 
+# Says what the unit's sandbox lets a command do.
+SANDBOX = """#!/bin/sh
+for path in /usr/x /etc/x /home/x /var/lib/x; do
+  if touch "$path" 2>/dev/null; then echo "$path writable"; rm -f "$path"; else echo "$path refused"; fi
+done
+echo "private" > /tmp/sandbox-probe
+ls /dev | wc -l
+"""
+
+
 def configure(machine: Machine, hooks: str = HOOKS, opts: str = "-verbose") -> None:
     machine.write("/etc/webhook.conf", hooks)
-    machine.write("/usr/local/bin/slow", SLOW)
-    machine.write("/usr/local/bin/escape", ESCAPE)
+    for name, text in (("slow", SLOW), ("escape", ESCAPE), ("sandbox", SANDBOX)):
+        machine.write(f"/usr/local/bin/{name}", text)
     machine.write("/etc/default/hookrunner", f'HOOKRUNNER_OPTS="{opts}"\n')
-    machine.sh("chmod +x /usr/local/bin/slow /usr/local/bin/escape; rm -f /var/tmp/runs.log")
+    machine.sh("chmod +x /usr/local/bin/slow /usr/local/bin/escape /usr/local/bin/sandbox; rm -f /srv/runs.log")
 
 
 def restart_and_wait(machine: Machine) -> None:
@@ -204,6 +217,20 @@ def test_the_package_holds_the_command_the_units_the_man_page_and_no_opt(deb: Pa
     conffiles = subprocess.run(["dpkg-deb", "-I", str(deb), "conffiles"], capture_output=True, text=True,
                                check=True).stdout.split()
     assert conffiles == ["/etc/default/hookrunner"]
+    # The bundled versions are the lock's, and the build folder is named nowhere.
+    data = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        def text(name: str) -> str:
+            member = archive.extractfile(name)
+            assert member is not None
+            return member.read().decode()
+
+        bundled = text("./usr/share/doc/hookrunner/bundled-requirements.txt").splitlines()
+        pyvenv = text("./usr/lib/hookrunner/pyvenv.cfg")
+    lock = (REPO_ROOT / "packaging" / "requirements.lock").read_text().splitlines()
+    assert bundled == [line for line in lock if not line.startswith("#")]
+    assert "gunicorn==" in "\n".join(bundled) and "/.local/" not in pyvenv and "command" not in pyvenv
+    assert not [name for name in members if name.startswith("/usr/lib/hookrunner/include")]
 
 
 def test_lintian_reports_no_error(deb: Path) -> None:
@@ -304,6 +331,18 @@ def test_the_journal_lines_are_the_terminals(machine: Machine) -> None:
         assert line in messages(journal)
 
 
+def test_the_units_sandbox_holds_for_commands(machine: Machine) -> None:
+    configure(machine)
+    restart_and_wait(machine)
+    machine.sh("rm -f /tmp/sandbox-probe")
+    seen = machine.sh("curl -s http://127.0.0.1:9000/hooks/sandbox").stdout.splitlines()
+    # ProtectSystem=full, ProtectHome=read-only; /var stays writable for what hooks deploy.
+    assert seen[:4] == ["/usr/x refused", "/etc/x refused", "/home/x refused", "/var/lib/x writable"], seen
+    assert int(seen[4]) < 30  # PrivateDevices: a handful of pseudo-devices
+    # PrivateTmp: the command's /tmp is not the host's.
+    assert machine.sh("test -e /tmp/sandbox-probe || echo private").stdout == "private\n"
+
+
 def test_a_run_accepted_before_a_restart_runs_after_it(machine: Machine) -> None:
     # Three 5 s runs, one at a time; the stop's grace (1 s) ends the first and leaves two queued. The pushes
     # and the restart are one script, so that no delay of podman's between them lets the first one end.
@@ -311,12 +350,12 @@ def test_a_run_accepted_before_a_restart_runs_after_it(machine: Machine) -> None
     restart_and_wait(machine)
     out = machine.sh(
         "for n in 1 2 3; do curl -s -o /dev/null -w '%{http_code} ' \"http://127.0.0.1:9000/hooks/slow?n=$n\"; done; "
-        "systemctl restart hookrunner.service; echo; cat /var/tmp/runs.log"
+        "systemctl restart hookrunner.service; echo; cat /srv/runs.log"
     ).stdout
     assert out.startswith("200 200 200 \n") and "end" not in out, out  # none ran to its end before the restart
-    machine.wait("grep -q 'end 3' /var/tmp/runs.log", timeout=60)
+    machine.wait("grep -q 'end 3' /srv/runs.log", timeout=60)
     time.sleep(5.5)  # a second copy of any run would have ended by now
-    runs = machine.sh("cat /var/tmp/runs.log").stdout.splitlines()
+    runs = machine.sh("cat /srv/runs.log").stdout.splitlines()
     assert [line for line in runs if line.startswith("end")] == ["end 1", "end 2", "end 3"], runs
     log = machine.sh("journalctl -u hookrunner.service --no-pager -o cat").stdout
     assert len(re.findall(r"replaying run \d+ of hook slow", log)) == 3, log[-3000:]
@@ -379,14 +418,25 @@ def test_with_the_socket_unit_a_restart_under_load_refuses_no_connection(machine
 
 
 def test_stop_ends_every_process_of_the_commands(machine: Machine) -> None:
-    configure(machine)
-    restart_and_wait(machine)
-    machine.sh("curl -s http://127.0.0.1:9000/hooks/escape")
-    # (The brackets keep the pattern from matching this shell's own command line.)
-    machine.wait("pgrep -f 'sleep 30[1]' && pgrep -f 'sleep 30[2]'")
-    machine.sh("systemctl stop hookrunner.service")
-    assert machine.sh("pgrep -f 'sleep 30[12]'", check=False).stdout == ""
-    assert machine.sh("systemctl show -p MainPID --value hookrunner.service").stdout.strip() == "0"
+    # With KillMode=process systemd kills nothing but the main process: what is gone after the stop,
+    # hookrunner ended itself (the unit's KillMode=mixed would SIGKILL leftovers on top).
+    machine.sh("mkdir -p /etc/systemd/system/hookrunner.service.d && printf '[Service]\\nKillMode=process\\n' "
+               "> /etc/systemd/system/hookrunner.service.d/test.conf && systemctl daemon-reload")
+    try:
+        configure(machine, opts="-verbose -shutdown-timeout 1s")
+        restart_and_wait(machine)
+        machine.sh("curl -s http://127.0.0.1:9000/hooks/escape")
+        # (The brackets keep the pattern from matching this shell's own command line.)
+        machine.wait("pgrep -f 'sleep 30[1]' && pgrep -f 'sleep 30[2]'")
+        began = time.monotonic()
+        machine.sh("systemctl stop hookrunner.service")
+        assert time.monotonic() - began < 20
+        assert machine.sh("pgrep -f 'sleep 30[12]'", check=False).stdout == ""
+        assert machine.sh("systemctl show -p Result --value hookrunner.service").stdout.strip() == "success"
+        log = machine.sh("journalctl -u hookrunner.service --no-pager -o cat").stdout
+        assert "shutdown: killing the process group of command" in log, log[-2000:]
+    finally:
+        machine.sh("rm -rf /etc/systemd/system/hookrunner.service.d && systemctl daemon-reload")
 
 
 def test_remove_keeps_the_config_and_purge_removes_the_state(base: str, deb: Path) -> None:
@@ -395,12 +445,22 @@ def test_remove_keeps_the_config_and_purge_removes_the_state(base: str, deb: Pat
         configure(machine)
         restart_and_wait(machine)
         assert machine.sh("test -f /var/lib/hookrunner/journal.sqlite3 && echo yes").stdout == "yes\n"
+        machine.sh("hookrunner -help >/dev/null 2>&1; true")  # as root, outside the sandbox: may write bytecode
+        # An upgrade (the same package again) leaves the opt-in socket listening, the service behind it.
+        machine.sh("systemctl stop hookrunner.service; systemctl enable --now hookrunner.socket; "
+                   "systemctl start hookrunner.service")
+        machine.sh(f"dpkg -i /tmp/{deb.name}", timeout=120)
+        assert machine.sh("systemctl is-active hookrunner.socket").stdout.strip() == "active"
+        machine.wait("curl -sf -o /dev/null http://127.0.0.1:9000/hooks/hello")
         machine.sh("apt-get remove -y hookrunner", timeout=120)
         assert machine.sh("test -e /usr/bin/hookrunner || echo gone").stdout == "gone\n"
+        assert machine.sh("systemctl is-active hookrunner.socket", check=False).stdout.strip() != "active"
+        assert machine.sh("curl -s -o /dev/null http://127.0.0.1:9000/ || echo closed").stdout == "closed\n"
         assert json.loads(machine.sh("cat /etc/webhook.conf").stdout)[0]["id"] == "hello"
         assert machine.sh("test -d /var/lib/hookrunner && echo kept").stdout == "kept\n"
         machine.sh("apt-get purge -y hookrunner", timeout=120)
         assert machine.sh("test -e /var/lib/hookrunner || echo purged").stdout == "purged\n"
+        assert machine.sh("test -e /usr/lib/hookrunner || echo purged").stdout == "purged\n"
         assert machine.sh("test -e /etc/default/hookrunner || echo purged").stdout == "purged\n"
         assert machine.sh("test -f /etc/webhook.conf && echo kept").stdout == "kept\n"
     finally:
