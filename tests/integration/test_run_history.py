@@ -81,10 +81,19 @@ class Admin:
 
 
 def start(tmp_path: Path, servers: list[Server], hooks: object, *flags: str) -> tuple[Server, Admin]:
-    admin_port = free_port()
-    server = Server(tmp_path, hooks, "-x-request-id", "-admin-addr", f"127.0.0.1:{admin_port}", *flags)
-    servers.append(server)
-    server.ready()
+    # A port found free can be taken before hookrunner binds it (CI once lost the admin port to another
+    # process's ephemeral port: "Address already in use"): then two more tries, on new ports.
+    for attempt in range(3):
+        admin_port = free_port()
+        server = Server(tmp_path, hooks, "-x-request-id", "-admin-addr", f"127.0.0.1:{admin_port}", *flags)
+        servers.append(server)
+        try:
+            server.ready()
+        except AssertionError:
+            if attempt == 2 or server.process.poll() is None or "Address already in use" not in server.log:
+                raise
+            continue
+        break
     assert server.wait_for_log(f"serving the run history on http://127.0.0.1:{admin_port}/"), server.log
     return server, Admin(admin_port)
 
