@@ -29,7 +29,7 @@ from hookrunner.run.history import Recorder, Ticket
 from hookrunner.run.journal import Journal, JournalUnwritable, LeftOver, RunSpec
 from hookrunner.run.processes import ProcessTracker, end_previous_attempt
 from hookrunner.run.scheduler import Busy, Scheduler
-from hookrunner.run.spawn import Exit, Output, StartSignal, Waits, start_process
+from hookrunner.run.spawn import Exit, Listener, Output, StartSignal, Waits, start_process
 from hookrunner.run.tempfiles import create_temp, write_temp
 
 #: How long a background run's answer waits for its process to start, at most (the gevent worker). Under
@@ -210,7 +210,9 @@ class CommandRunner:
         """Runs admitted but waiting for a free slot."""
         return self._scheduler.queued
 
-    def submit(self, hook: Hook, req: Request, started_first: bool = False) -> Future[CommandResult]:
+    def submit(
+        self, hook: Hook, req: Request, started_first: bool = False, on_output: Listener | None = None
+    ) -> Future[CommandResult]:
         """Admit a run under the hook's limits; raises Busy when it is at its limit with a full queue, and
         JournalUnwritable when the journal cannot record it.
 
@@ -219,20 +221,23 @@ class CommandRunner:
         run admitted to start now has started its process (or failed to) when this returns, or has waited
         `start_wait` for a core to start it on, so a background run's answer follows its start: the loop
         does not answer faster than it starts commands, and leaves no backlog of answered runs not yet
-        started."""
+        started. `on_output` is told each chunk of this run's output as it is read (a request coalesced
+        into another's run is told nothing)."""
         if not (started_first and self.waits.launches):
-            return self._submit(hook, req)[0]
+            return self._submit(hook, req, on_output)[0]
         started = self.waits.event()
         self._start_waiters[req.id] = started
         try:
-            future, how = self._submit(hook, req)
+            future, how = self._submit(hook, req, on_output)
             if how == "started" and not self._scheduler.in_line(future):  # in the cap's line: answered now
                 started.wait(self.start_wait)
         finally:
             self._start_waiters.pop(req.id, None)
         return future
 
-    def _submit(self, hook: Hook, req: Request) -> tuple[Future[CommandResult], str]:
+    def _submit(
+        self, hook: Hook, req: Request, on_output: Listener | None = None
+    ) -> tuple[Future[CommandResult], str]:
         """submit(), and how the run was admitted (`started`, `queued` or `coalesced`)."""
         journal = self.journal
         ticket = self.history.ticket(req.id, hook.id) if self.history is not None else None
@@ -246,7 +251,7 @@ class CommandRunner:
             raise
         try:
             future, how = self._scheduler.submit(
-                hook.id, hook.limits, lambda: self._journaled_run(hook, spec, run_id, ticket)
+                hook.id, hook.limits, lambda: self._journaled_run(hook, spec, run_id, ticket, on_output)
             )
         except Busy:
             if journal is not None and run_id is not None:
@@ -313,10 +318,15 @@ class CommandRunner:
             log.output(f"run {left.run_id}: ended what still ran of its previous attempt (pids {pids})")
 
     def _journaled_run(
-        self, hook: Hook, spec: RunSpec, run_id: int | None, ticket: Ticket | None = None
+        self,
+        hook: Hook,
+        spec: RunSpec,
+        run_id: int | None,
+        ticket: Ticket | None = None,
+        on_output: Listener | None = None,
     ) -> CommandResult:
         try:
-            return self.execute(hook, spec, run_id, ticket)
+            return self.execute(hook, spec, run_id, ticket, on_output)
         except Exception as exc:  # noqa: BLE001 - a background command must never die silently
             log.request(spec.request_id, f"error running command: {exc}")
             return CommandResult(b"", str(exc))
@@ -364,22 +374,29 @@ class CommandRunner:
         return self.execute(hook, prepare(hook, req))
 
     def execute(
-        self, hook: Hook, spec: RunSpec, run_id: int | None = None, ticket: Ticket | None = None
+        self,
+        hook: Hook,
+        spec: RunSpec,
+        run_id: int | None = None,
+        ticket: Ticket | None = None,
+        on_output: Listener | None = None,
     ) -> CommandResult:
         """Run a prepared run (from a request, or replayed from the journal) and wait for it; `run_id`: its
         journal row, where its processes are recorded; its record in the run history (`ticket`) is told
-        when it starts and ends."""
+        when it starts and ends; `on_output`, each chunk of its output as it is read."""
         if ticket is None:
-            return self._execute(hook, spec, run_id)
+            return self._execute(hook, spec, run_id, on_output)
         ticket.started(spec)
         result = CommandResult(b"", "error running command")
         try:
-            result = self._execute(hook, spec, run_id)
+            result = self._execute(hook, spec, run_id, on_output)
         finally:
             ticket.finished(result.output, result.error, cancelled=self._closing)
         return result
 
-    def _execute(self, hook: Hook, spec: RunSpec, run_id: int | None = None) -> CommandResult:
+    def _execute(
+        self, hook: Hook, spec: RunSpec, run_id: int | None = None, on_output: Listener | None = None
+    ) -> CommandResult:
         rid = spec.request_id
         try:
             path = resolve_command(hook)
@@ -425,7 +442,7 @@ class CommandRunner:
             )
         timeout = hook.command_timeout or self.command_timeout
         started = time.monotonic()
-        output, error = self._spawn(path, argv, env, cwd or None, timeout, rid, run_id)
+        output, error = self._spawn(path, argv, env, cwd or None, timeout, rid, run_id, on_output)
         metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
         if log.wants("command_output"):
             text = output.decode("utf-8", "replace")
@@ -450,6 +467,7 @@ class CommandRunner:
         timeout: float,
         rid: str,
         run_id: int | None = None,
+        on_output: Listener | None = None,
     ) -> tuple[bytes, str | None]:
         with self._lock:
             if self._closing:
@@ -478,7 +496,7 @@ class CommandRunner:
             # Shutdown took its list of runs while this one was being started.
             self._tracker.end([run], 0.0, waits.sleep)
         assert process.stdout is not None
-        output = Output(process.stdout.fileno(), waits)
+        output = Output(process.stdout.fileno(), waits, on_output)
         exit_ = Exit(process, waits)
         timed_out = False
         deadline = time.monotonic() + timeout if timeout else None

@@ -74,13 +74,18 @@ def start_process(
     )
 
 
+#: Told each chunk of a run's output as it is read, on the reader's thread (or greenlet); must not block.
+Listener = Callable[[bytes], None]
+
+
 class Output:
     """A run's combined output, read from its pipe with a deadline: a process that holds the pipe open never
-    holds the reader past it."""
+    holds the reader past it. A `listener` is told each chunk as it comes (a streamed answer, a live log)."""
 
-    def __init__(self, fd: int, waits: Waits) -> None:
+    def __init__(self, fd: int, waits: Waits, listener: Listener | None = None) -> None:
         self._fd = fd
         self._waits = waits
+        self._listener = listener
         self._chunks: list[bytes] = []
         self.eof = False
 
@@ -99,6 +104,8 @@ class Output:
             chunk = os.read(self._fd, 65536)
             if chunk:
                 self._chunks.append(chunk)
+                if self._listener is not None:
+                    self._listener(chunk)
             else:
                 self.eof = True
         return True

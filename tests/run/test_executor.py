@@ -370,3 +370,13 @@ def test_a_queued_run_keeps_its_argv_not_the_request(tmp_path: Path) -> None:
     assert gone() is None  # nothing in the queue refers to the request any more
     assert first.result(timeout=10).error is None
     assert second.result(timeout=10).error is None
+
+
+def test_submit_tells_on_output_each_chunk_of_its_run_and_the_result_keeps_the_whole(tmp_path: Path) -> None:
+    script = shell_script(tmp_path / "talk", "echo one\nsleep 0.3\necho two\n")
+    heard: list[bytes] = []
+    future = CommandRunner().submit(Hook(id="h", execute_command=str(script)), request(), on_output=heard.append)
+    result = future.result(timeout=10)
+    assert result.ok
+    assert len(heard) == 2  # two writes 0.3 s apart: two chunks, each as it came
+    assert b"".join(heard) == result.output == b"one\ntwo\n"

@@ -61,3 +61,16 @@ def test_exit_wait_stops_when_told_to() -> None:
     exit_.close()
     assert process.stdout is not None
     process.stdout.close()
+
+
+def test_a_listener_is_told_each_chunk_as_it_is_read_before_the_process_ends() -> None:
+    code = "import sys, time; sys.stdout.write('one\\n'); sys.stdout.flush(); time.sleep(0.5); print('two')"
+    process = start_process(sys.executable, [sys.executable, "-c", code], {}, None)
+    assert process.stdout is not None
+    heard: list[tuple[bytes, bool]] = []
+    output = Output(process.stdout.fileno(), Waits(), lambda chunk: heard.append((chunk, process.poll() is None)))
+    assert output.read(time.monotonic() + 10)
+    process.wait()
+    process.stdout.close()
+    assert heard[0] == (b"one\n", True)  # told while the process still ran
+    assert b"".join(chunk for chunk, _ in heard) == output.data == b"one\ntwo\n"
