@@ -62,8 +62,10 @@ class GoLogger:
             self._stream = stream
 
     def wants(self, event: str | None = None) -> bool:
-        """Whether an entry of `event` would be written: callers ask before building a costly message."""
-        return self.enabled or (self.access and event == "access")
+        """Whether an entry of `event` would be written: callers ask before building a costly message. An
+        entry of event `fatal` (hookrunner's own reason not to start: the journal, the admin listener) is
+        written even with the log off, where webhook's own start-up errors are not."""
+        return self.enabled or (self.access and event == "access") or event == "fatal"
 
     def output(
         self,

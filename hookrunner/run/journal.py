@@ -50,8 +50,8 @@ LOCK_NAME = "journal.lock"
 
 T = TypeVar("T")
 
-#: What the log says when the journal turns off.
-WITHOUT = "serving without a journal (accepted runs are not kept across a restart)"
+#: What the log says when a worker cannot open the journal that the master could.
+WORKER_STOPS = "this worker stops: it cannot journal the runs it would accept"
 #: What the log says when an open journal's writes start failing.
 REFUSING = "runs are refused (503) until it can write again"
 #: How long a run refused for an unwritable journal is told to wait (Retry-After, seconds).
@@ -506,33 +506,36 @@ def _processes_from(text: str) -> list[ProcessId]:
         return []
 
 
-def lock_state_dir(state_dir: str) -> int | None:
+def lock_state_dir(state_dir: str) -> int:
     """Hold `state_dir` for this start of hookrunner (the master, and the workers it forks, share the lock);
-    the descriptor, or None (logged, counted) when it cannot be had, another hookrunner holding it: two
+    returns the descriptor. Raises JournalError when it cannot be had, another hookrunner holding it: two
     processes replaying each other's runs would run them twice."""
     path = os.path.join(state_dir, LOCK_NAME)
     try:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:
-        metrics.record_journal("failed")
-        log.output(f"run journal: cannot open {path}: {exc.strerror or exc}; {WITHOUT}")
-        return None
+        raise JournalError(f"cannot open {path}: {exc.strerror or exc}") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        metrics.record_journal("failed")
-        log.output(f"run journal: {state_dir} is in use by another hookrunner; {WITHOUT}")
-        return None
+        raise JournalError(f"{state_dir} is in use by another hookrunner") from None
     return fd
 
 
+def check_journal(state_dir: str, boot_id: str, keep: int) -> None:
+    """Open the journal and close it again (the master, before any worker exists); raises JournalError when it
+    cannot be used, so that hookrunner does not start: with -state-dir, a 200 means the run is journaled."""
+    Journal(state_dir, boot_id, keep).close()
+
+
 def open_journal(state_dir: str, boot_id: str, keep: int) -> Journal | None:
-    """The journal, or None (logged, counted) when it cannot be used: then hooks are served without one."""
+    """A worker's journal, or None (logged, counted) when it cannot be used, though the master's check passed:
+    the worker must then stop rather than answer 200 for runs it cannot journal."""
     try:
         return Journal(state_dir, boot_id, keep)
     except JournalError as exc:
         metrics.record_journal("failed")
-        log.output(f"run journal: {exc}; {WITHOUT}")
+        log.output(f"run journal: {exc}; {WORKER_STOPS}")
         return None

@@ -25,7 +25,7 @@ from gunicorn.workers.workertmp import WorkerTmp
 from hookrunner.config import Config
 from hookrunner.errors import AdminSetupError
 from hookrunner.ops.log import json_line, log, rfc3339_now
-from hookrunner.run.journal import lock_state_dir, new_boot_id
+from hookrunner.run.journal import JournalError, check_journal, lock_state_dir, new_boot_id
 from hookrunner.serve.context import (
     HELD_SIGNALS,
     MAX_HEAD_BYTES,
@@ -278,7 +278,15 @@ def serve(
         ctx.load_app()
     ctx.boot_id = new_boot_id()
     # Held until the whole tree is gone; inherited by the workers, which open the journal itself.
-    ctx.state_lock = lock_state_dir(config.state_dir) if config.state_dir else None
+    if config.state_dir:
+        # -state-dir promises that a 200 is journaled: a journal that cannot be used stops the start.
+        try:
+            ctx.state_lock = lock_state_dir(config.state_dir)
+            check_journal(config.state_dir, ctx.boot_id, config.state_keep)
+        except JournalError as err:
+            reason = f"run journal: {err}; not starting (docs/operations.md, \"Run journal\")"
+            log.output(reason, level="error", event="fatal")
+            raise SystemExit(1) from None
     if config.secure and ssl_context is None:
         from hookrunner.serve import tls
 
@@ -297,7 +305,7 @@ def serve(
         try:
             admin_process = start_admin(config, admin, held)
         except AdminSetupError as err:
-            log.output(f"error setting up the admin listener: {err}")
+            log.output(f"error setting up the admin listener: {err}", level="error", event="fatal")
             raise SystemExit(1) from None
         ctx.history_feed, ctx.history_key = admin_process.feed_address, admin_process.feed_key
     try:

@@ -21,6 +21,7 @@ import gunicorn.http.message
 import gunicorn.http.parser
 import gunicorn.http.wsgi
 import gunicorn.util
+from gunicorn.arbiter import Arbiter
 from gunicorn.http import errors as http_errors
 from gunicorn.workers.base import Worker
 from werkzeug.exceptions import RequestTimeout
@@ -213,11 +214,11 @@ def _start_watcher(registry: Registry) -> HooksWatcher:
 
 def _start_journal() -> None:
     """Open the run journal in this worker (SQLite connections do not survive a fork), then replay the runs
-    that dead processes left unfinished; a journal that cannot be used is logged and served without."""
+    that dead processes left unfinished; a worker that cannot open it stops, and gunicorn's master with it."""
     config = ctx.config
     journal = open_journal(config.state_dir, ctx.boot_id, config.state_keep)
-    if journal is None:
-        return
+    if journal is None:  # the master's check passed: what failed is this worker's; the master stops too
+        raise SystemExit(Arbiter.WORKER_BOOT_ERROR)
     ctx.runner.journal = journal
     journal.prune()
 
@@ -441,7 +442,7 @@ class WebhookWorker(Worker):
             self._watcher = _start_watcher(ctx.registry)
         if ctx.history_feed:
             self._history_feed = _start_history()
-        if ctx.config.state_dir and ctx.state_lock is not None:
+        if ctx.config.state_dir:
             _start_journal()
 
     def load_wsgi(self) -> None:

@@ -83,3 +83,12 @@ def test_access_only_writes_just_the_access_entries() -> None:
     log.output("version 1 starting")
     (line,) = stream.getvalue().splitlines()
     assert TEXT_LINE.match(line).group(1) == "[ab12cd] 200 | 0 B | 1ms | h | POST /hooks/a"  # type: ignore[union-attr]
+
+
+def test_a_fatal_entry_is_written_with_the_log_off_and_nothing_else_is() -> None:
+    stream = io.StringIO()
+    log = GoLogger(stream, enabled=False)
+    log.output("version 1 starting")
+    log.output("run journal: cannot use x: file is not a database; not starting", level="error", event="fatal")
+    (line,) = stream.getvalue().splitlines()
+    assert TEXT_LINE.match(line).group(1) == "run journal: cannot use x: file is not a database; not starting"  # type: ignore[union-attr]

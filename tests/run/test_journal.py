@@ -32,6 +32,8 @@ from hookrunner.run.journal import (
     JournalError,
     JournalUnwritable,
     RunSpec,
+    check_journal,
+    lock_state_dir,
     open_journal,
 )
 from hookrunner.run.processes import ProcessId
@@ -200,12 +202,31 @@ def test_a_corrupt_file_is_refused_with_a_clear_line_and_left_alone(tmp_path: Pa
     path = tmp_path / FILE_NAME
     garbage = b"this is not a database at all\n" * 200
     path.write_bytes(garbage)
-    assert open_journal(str(tmp_path), "boot", 10) is None
+    with pytest.raises(JournalError, match=f"^cannot use {path}: file is not a database$"):
+        check_journal(str(tmp_path), "boot", 10)  # the master's check: the start stops
+    assert open_journal(str(tmp_path), "boot", 10) is None  # a worker's open: the worker stops
     text = logged.getvalue()
-    assert f"run journal: cannot use {path}: file is not a database" in text
-    assert "serving without a journal" in text
+    assert f"run journal: cannot use {path}: file is not a database; this worker stops" in text
     assert journal_count("failed") == 1
     assert path.read_bytes() == garbage
+
+
+def test_the_master_check_opens_and_closes_a_usable_journal(tmp_path: Path) -> None:
+    check_journal(str(tmp_path / "state"), "boot", 10)
+    assert (tmp_path / "state" / FILE_NAME).stat().st_mode & 0o777 == 0o600
+    journal = Journal(str(tmp_path / "state"), "boot-2")  # not held open by the check
+    assert journal.record(spec()) == 1
+    journal.close()
+
+
+def test_the_state_dir_lock_is_held_once(tmp_path: Path) -> None:
+    fd = lock_state_dir(str(tmp_path / "state"))
+    try:
+        with pytest.raises(JournalError, match="is in use by another hookrunner$"):
+            lock_state_dir(str(tmp_path / "state"))
+    finally:
+        os.close(fd)
+    os.close(lock_state_dir(str(tmp_path / "state")))  # free again once the holder is gone
 
 
 def test_a_journal_from_a_newer_version_is_refused(tmp_path: Path, logged: io.StringIO) -> None:
