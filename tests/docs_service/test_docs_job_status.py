@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,8 @@ CREATED = re.compile(
 )
 
 pytestmark = pytest.mark.slow
+# scripts/test runs the integration tests again with "-worker-class gthread"; the hookrunner test here follows.
+WORKER_FLAGS = tuple(shlex.split(os.environ.get("HOOKRUNNER_TEST_FLAGS", "")))
 
 
 def reload_env(standin: Standin, wait: str | None) -> dict[str, str]:
@@ -361,7 +364,7 @@ def test_hookrunner_records_each_builds_own_outcome_and_never_overlaps_builds(
     hooks_file.write_text(yaml.safe_dump([hook], sort_keys=False), encoding="utf-8")
     admin = f"127.0.0.1:{free_port()}"
     receiver, base = start_receiver(
-        hooks_file, tmp_path / "receiver.log", kube_env(builder), ("-admin-addr", admin)
+        hooks_file, tmp_path / "receiver.log", kube_env(builder), ("-admin-addr", admin, *WORKER_FLAGS)
     )
     admin_url = f"http://{admin}"
     try:
