@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -33,8 +34,9 @@ from docs_support import (
     start_standin,
     stop,
     wait_for,
+    wait_serving,
 )
-from test_docs_e2e import free_port, local_etc, push, start_receiver
+from test_docs_e2e import free_port, interruptible, local_etc, push, start_receiver
 
 K8S = REPO_ROOT / "k8s"
 COMPONENT = K8S / "components" / "job-status"
@@ -413,3 +415,95 @@ def test_hookrunner_records_each_builds_own_outcome_and_never_overlaps_builds(
         assert "Documentation built" in first["output"] and "in namespace dev succeeded" in first["output"]
     finally:
         stop(receiver)
+
+
+# ---- the stand-in's pods ----
+
+
+def api_get(standin: Standin, path: str) -> requests.Response:
+    token = standin.token_file.read_text()
+    return requests.get(
+        standin.base_url + path,
+        headers={"Authorization": f"Bearer {token}"},
+        verify=str(standin.ca_file),
+        timeout=10,
+    )
+
+
+def test_the_stand_in_answers_for_pods_as_the_api_server_does(standin: Standin) -> None:
+    """Jobs recorded, not run: the pod is Pending, found by either job-name label, its log not there yet."""
+    name, _ = created_job(run_waiting(standin, "refs/heads/dev", None).stdout)
+    for label in ("job-name", "batch.kubernetes.io/job-name"):
+        listed = api_get(standin, f"/api/v1/namespaces/dev/pods?labelSelector={label}%3D{name}").json()
+        [pod] = listed["items"]
+        assert pod["metadata"]["name"].startswith(name + "-")
+        assert pod["status"] == {"phase": "Pending"}
+    assert (
+        api_get(standin, "/api/v1/namespaces/dev/pods?labelSelector=job-name%3Dother").json()["items"] == []
+    )
+    assert (
+        api_get(standin, f"/api/v1/namespaces/prod/pods?labelSelector=job-name%3D{name}").json()["items"]
+        == []
+    )
+    pod_name = pod["metadata"]["name"]
+    assert api_get(standin, f"/api/v1/namespaces/dev/pods/{pod_name}").json() == pod
+    log = api_get(standin, f"/api/v1/namespaces/dev/pods/{pod_name}/log?follow=true")
+    assert log.status_code == 400
+    assert (
+        log.json()["message"]
+        == f'container "mkdocs" in pod "{pod_name}" is waiting to start: ContainerCreating'
+    )
+    assert api_get(standin, "/api/v1/namespaces/dev/pods/nope").status_code == 404
+    assert (
+        api_get(standin, "/api/v1/namespaces/dev/pods?labelSelector=job-name%20in%20(a)").status_code == 400
+    )
+    assert api_get(standin, "/api/v1/namespaces/kube-system/pods").status_code == 403
+
+
+# ---- scripts/dev ----
+
+
+def test_scripts_dev_shows_both_outcomes_on_the_status_page(tmp_path: Path) -> None:
+    """WAIT_FOR_JOB and ADMIN_PORT: a push that builds is `ok`, one after --break-branch is `failed`."""
+    port, admin_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "WEBHOOK_PORT": str(port),
+        "ADMIN_PORT": str(admin_port),
+        "WAIT_FOR_JOB": "120",
+        "DEV_ROOT": str(tmp_path),
+    }
+    output = tmp_path / "dev.out"
+    admin_url = f"http://127.0.0.1:{admin_port}"
+    hook_url = f"http://127.0.0.1:{port}/hooks/rebuild-docs"
+    with open(output, "wb") as out:
+        dev = subprocess.Popen(
+            [str(REPO_ROOT / "scripts" / "dev")],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=interruptible,
+        )
+    try:
+        wait_serving(dev, port, 60, "scripts/dev", output)
+        shown = output.read_text()
+        assert f"status page on {admin_url}/" in shown
+        assert "--break-branch dev" in shown
+        assert push(hook_url, "refs/heads/dev").text == "payload received"
+        wait_for(lambda: [r["outcome"] for r in runs(admin_url)] == ["ok"], 120, f"an ok run:\n{output}")
+        break_branch(tmp_path / "dev" / "docs-repo", "dev")
+        assert push(hook_url, "refs/heads/dev").text == "payload received"
+        wait_for(
+            lambda: [r["outcome"] for r in runs(admin_url)] == ["failed", "ok"],
+            120,
+            f"a failed run:\n{output}",
+        )
+        page = requests.get(f"{admin_url}/runs", timeout=10).text
+        # The runs table, newest first: the failed build (exit 1), then the good one.
+        assert re.findall(r'<tr class="run" data-run="[^"]+" data-outcome="(\w+)"', page) == ["failed", "ok"]
+        failed = requests.get(f"{admin_url}/api/v1/runs/{runs(admin_url)[0]['id']}", timeout=10).json()
+        assert "error parsing the configuration file" in failed["output"]
+    finally:
+        dev.send_signal(signal.SIGINT)
+        code = dev.wait(timeout=30)
+    assert code == 130
