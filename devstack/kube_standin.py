@@ -30,6 +30,8 @@ from typing import Any
 
 import trustme
 
+from devstack.kube_pods import LogRequest, PodAPI, PodView, log_chunks, status_object
+
 # The identity the tokens stand for: the service account of section 5.3 of the spec.
 DEFAULT_USER = "system:serviceaccount:default:webhook-job-trigger"
 # Paths that live in the container's own filesystem: each job gets a fresh local folder for them.
@@ -40,6 +42,9 @@ NAME_SUFFIX_LENGTH = 5
 
 JOBS_PATH = re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[a-z0-9-]+)/jobs(?:/(?P<name>[a-z0-9.-]+))?$")
 ALL_JOBS_PATH = "/apis/batch/v1/jobs"
+PODS_PATH = re.compile(
+    r"^/api/v1/namespaces/(?P<ns>[a-z0-9-]+)/pods(?:/(?P<name>[a-z0-9.-]+)(?P<log>/log)?)?$"
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,9 @@ class StandinConfig:
     site_root: Path
     repo_map: dict[str, str]
     run_jobs: bool
+    # False models the base Role job-creator (create Jobs, nothing else): reading Jobs or pods is refused.
+    # True adds what k8s/components/job-status grants, so reload.sh's WAIT_FOR_JOB can follow a build.
+    allow_reads: bool = True
     user: str = DEFAULT_USER
 
 
@@ -62,19 +70,41 @@ class JobRecord:
     namespace: str
     name: str
     body: dict[str, Any]
-    phase: str = "Pending"  # Pending -> Running -> Succeeded | Failed
+    phase: str = "Pending"  # Pending -> Running -> Succeeded | Failed (the Job's and its one pod's)
     log_path: Path | None = None
+    pod_name: str = ""
 
     def as_api_object(self) -> dict[str, Any]:
-        """The Job as the API would return it, with a status the tests can poll."""
+        """The Job as the API would return it, with a status the tests can poll.
+
+        Conditions carry their fields in the API server's order (type, status, ..., reason, message).
+        """
         status: dict[str, Any] = {}
         if self.phase == "Running":
             status = {"active": 1}
         elif self.phase == "Succeeded":
             status = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
         elif self.phase == "Failed":
-            status = {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}
+            failed = {
+                "type": "Failed",
+                "status": "True",
+                "reason": "BackoffLimitExceeded",
+                "message": "Job has reached the specified backoff limit",
+            }
+            status = {"failed": 1, "conditions": [failed]}
         return {**self.body, "status": status}
+
+    def pod_view(self) -> PodView:
+        containers = self.body.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or [{}]
+        return PodView(
+            namespace=self.namespace,
+            job_name=self.name,
+            job_uid=str(self.body["metadata"]["uid"]),
+            pod_name=self.pod_name,
+            container=str(containers[0].get("name", "")),
+            phase=self.phase,
+            log_path=self.log_path,
+        )
 
 
 @dataclass
@@ -104,24 +134,6 @@ class JobStore:
     def set_phase(self, record: JobRecord, phase: str) -> None:
         with self.lock:
             record.phase = phase
-
-
-def status_object(
-    code: int, reason: str, message: str, details: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """A metav1.Status failure, shaped as the API server sends it."""
-    obj: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-    }
-    if details is not None:
-        obj["details"] = details
-    obj["code"] = code
-    return obj
 
 
 NOT_FOUND = status_object(404, "NotFound", "the server could not find the requested resource")
@@ -292,13 +304,21 @@ class BatchAPIHandler(BaseHTTPRequestHandler):
             return False
         return True
 
-    def _forbidden(self, verb: str, namespace: str) -> None:
+    def _forbidden(
+        self, verb: str, namespace: str, resource: str = "jobs", group: str = "batch", name: str | None = None
+    ) -> None:
+        """403 as RBAC words it: `jobs.batch "x" is forbidden: User ... cannot get resource "jobs" ...`."""
         user = self.server.config.user
+        kind = resource.split("/")[0]
+        subject = f"{kind}.{group}" if group else kind
+        if name is not None:
+            subject += f' "{name}"'
         message = (
-            f'jobs.batch is forbidden: User "{user}" cannot {verb} resource "jobs" in API group "batch" '
-            f'in the namespace "{namespace}"'
+            f'{subject} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
+            f'in API group "{group}" in the namespace "{namespace}"'
         )
-        self._send(403, status_object(403, "Forbidden", message, {"group": "batch", "kind": "jobs"}))
+        details = {"name": name, "group": group, "kind": kind} if name else {"group": group, "kind": kind}
+        self._send(403, status_object(403, "Forbidden", message, details))
 
     def _read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
@@ -307,16 +327,22 @@ class BatchAPIHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         if not self._authorized():
             return
-        if self.path == ALL_JOBS_PATH:
+        path, _, query = self.path.partition("?")
+        # The cluster-wide list is the tests' own view of what was created; it is never refused.
+        if path == ALL_JOBS_PATH:
             self._send_list(None)
             return
-        match = JOBS_PATH.match(self.path)
+        pods = PODS_PATH.match(path)
+        if pods is not None:
+            self._get_pods(pods["ns"], pods["name"], bool(pods["log"]), query)
+            return
+        match = JOBS_PATH.match(path)
         if match is None:
             self._send(404, NOT_FOUND)
             return
         namespace, name = match["ns"], match["name"]
-        if namespace not in self.server.config.namespaces:
-            self._forbidden("get", namespace)
+        if namespace not in self.server.config.namespaces or not self.server.config.allow_reads:
+            self._forbidden("get" if name else "list", namespace, name=name)
             return
         if name is None:
             self._send_list(namespace)
@@ -334,6 +360,42 @@ class BatchAPIHandler(BaseHTTPRequestHandler):
             )
             return
         self._send(200, record.as_api_object())
+
+    def _get_pods(self, namespace: str, name: str | None, log: bool, query: str) -> None:
+        if namespace not in self.server.config.namespaces or not self.server.config.allow_reads:
+            verb, resource = ("get", "pods/log") if log else ("get", "pods") if name else ("list", "pods")
+            self._forbidden(verb, namespace, resource, "", name)
+            return
+        store = self.server.store
+        api = PodAPI(lambda ns: [r.pod_view() for r in store.list(ns)])
+        answer = api.get(namespace, name, log, query)
+        if isinstance(answer, LogRequest):
+            self._stream_log(answer)
+        else:
+            self._send(*answer)
+
+    def _stream_log(self, request: LogRequest) -> None:
+        """The log as text/plain, chunked as the API server sends a followed log; ends the connection."""
+        record = self.server.store.get(request.pod.namespace, request.pod.job_name)
+        assert record is not None  # the view was made from this very record
+
+        def phase() -> str:
+            with self.server.store.lock:
+                return record.phase
+
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for data in log_chunks(request, phase):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            return  # the reader went away: nothing more to do for it
 
     def _send_list(self, namespace: str | None) -> None:
         items = [r.as_api_object() for r in self.server.store.list(namespace)]
@@ -406,7 +468,13 @@ class BatchAPIHandler(BaseHTTPRequestHandler):
                 "creationTimestamp": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             }
         )
-        record = JobRecord(namespace=namespace, name=name, body={**job, "metadata": metadata})
+        record = JobRecord(
+            namespace=namespace,
+            name=name,
+            body={**job, "metadata": metadata},
+            # The Job controller names its pod after the Job, with a suffix of its own.
+            pod_name=generate_name(name + "-"),
+        )
         return record if self.server.store.add(record) else None
 
 
@@ -458,6 +526,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="clone from PATH (a local git repository) wherever the script names URL",
     )
     parser.add_argument("--no-run", action="store_true", help="record Jobs without running them")
+    parser.add_argument(
+        "--create-only",
+        action="store_true",
+        help="refuse reads of Jobs and pods (403), as the base Role job-creator does; by default they are "
+        "allowed, as with k8s/components/job-status",
+    )
     return parser.parse_args(argv)
 
 
@@ -477,6 +551,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         site_root=args.site_root.resolve(),
         repo_map=repo_map,
         run_jobs=not args.no_run,
+        allow_reads=not args.create_only,
     )
     server = StandinServer((args.host, args.port), config, make_tls(args.host, args.ca_out))
     port = server.server_address[1]

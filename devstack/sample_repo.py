@@ -1,7 +1,8 @@
 """Create a small local docs repository shaped like the served one: mkdocs/mkdocs.yml and mkdocs/docs/.
 
 Branch `main` has the home page; branch `dev` adds a page that exists only there, so a build shows which
-branch it came from.
+branch it came from. `--break-branch BRANCH` commits an mkdocs.yml that does not parse onto a branch of an
+existing sample, so that the next build of that branch fails (docs/docs-rebuild.md, "Waiting for the build").
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ theme:
 nav:
   - Home: index.md
 """
+# A nav entry whose bracket is never closed: mkdocs stops with "error parsing the configuration file".
+BROKEN_NAV_ENTRY = "  - [unclosed\n"
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -54,10 +57,32 @@ def make_sample_repo(repo: Path) -> Path:
     return repo
 
 
+def break_branch(repo: Path, branch: str) -> None:
+    """Commit onto `branch` an mkdocs.yml that does not parse; the checked-out branch is left as it was."""
+    head = subprocess.run(
+        ["git", "-C", str(repo), "symbolic-ref", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    _git(repo, "switch", "--quiet", branch)
+    config = repo / "mkdocs" / "mkdocs.yml"
+    config.write_text(config.read_text(encoding="utf-8") + BROKEN_NAV_ENTRY, encoding="utf-8")
+    _git(repo, "commit", "--quiet", "--all", "-m", "Break mkdocs.yml")
+    _git(repo, "switch", "--quiet", head)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sample-repo", description=__doc__)
-    parser.add_argument("path", type=Path, help="directory to create (must not exist)")
+    parser.add_argument("path", type=Path, help="directory to create (must not exist, unless --break-branch)")
+    parser.add_argument(
+        "--break-branch", metavar="BRANCH", help="break mkdocs.yml on BRANCH of an existing sample"
+    )
     args = parser.parse_args(argv)
+    if args.break_branch:
+        break_branch(args.path, args.break_branch)
+        print(f"sample-repo: committed a broken mkdocs.yml on {args.break_branch} in {args.path}")
+        return 0
     if args.path.exists():
         print(f"sample-repo: {args.path} already exists", file=sys.stderr)
         return 1

@@ -86,7 +86,10 @@ def wait_serving(proc: subprocess.Popen[bytes], port: int, timeout: float, what:
 def make_sample_repo(path: Path) -> None:
     """The sample docs repository (branches main and dev) at `path`, made by devstack.sample_repo."""
     subprocess.run(
-        [sys.executable, "-m", "devstack.sample_repo", str(path)], cwd=REPO_ROOT, env=devstack_env(), check=True
+        [sys.executable, "-m", "devstack.sample_repo", str(path)],
+        cwd=REPO_ROOT,
+        env=devstack_env(),
+        check=True,
     )
 
 
@@ -158,6 +161,7 @@ def start_standin(
     repo: Path | None = None,
     run_jobs: bool = False,
     host: str = "127.0.0.1",
+    extra_args: tuple[str, ...] = (),
 ) -> Standin:
     """Start the stand-in with a fresh token and CA; the service-account dir is tmp/serviceaccount."""
     sa_dir = tmp / "serviceaccount"
@@ -180,6 +184,7 @@ def start_standin(
         argv += ["--repo-map", f"{SERVED_CLONE_URL}={repo}"]
     if not run_jobs:
         argv.append("--no-run")
+    argv += extra_args
     with open(log_file, "wb") as log:
         proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=devstack_env(), stdout=log, stderr=subprocess.STDOUT)
 
