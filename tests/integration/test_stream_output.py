@@ -5,6 +5,7 @@ reading is cut off while the command runs on and others are served."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from pathlib import Path
@@ -242,3 +243,22 @@ def test_a_client_too_far_behind_is_cut_off_and_its_command_runs_on(
     record = admin.json("/api/v1/runs/flood-1")
     assert record["output_size"] == 20000003 and record["output"].endswith("END")
     assert "Traceback" not in server.log and "Error handling request" not in server.log
+
+
+def test_a_stop_that_ends_the_command_before_any_output_answers_cancelled(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    sleepy = python_hook("sleepy", "import time; time.sleep(30)", **STREAM)
+    server = Server(tmp_path, [sleepy], "-shutdown-timeout", "1s")
+    servers.append(server)
+    server.ready()
+    waiting = send(server.port, "sleepy")
+    assert server.wait_for_log("executing "), server.log
+    server.signal(signal.SIGTERM)  # the command outlives -shutdown-timeout: it is ended, its run cancelled
+    status, head, body = split(b"".join(data for _, data in read_timed(waiting)))
+    assert (status, body) == (
+        "HTTP/1.1 408 Request Timeout",
+        b"Hook execution cancelled. Please check your logs for more details.",
+    )
+    assert head["Content-Type"] == "text/plain; charset=utf-8"
+    server.stop()
