@@ -67,6 +67,11 @@ def hooks() -> list[dict[str, object]]:
             **STREAM,
         ),
         python_hook("flood", "import sys; sys.stdout.buffer.write(b'y' * 20000000 + b'END')", **STREAM),
+        python_hook(
+            "ticks",
+            "import time\nfor n in range(20):\n    print(n, flush=True)\n    time.sleep(0.05)",
+            **STREAM,
+        ),
         python_hook("quick", "pass", **{"response-message": "ok"}),
     ]
 
@@ -144,6 +149,14 @@ def test_output_reaches_the_client_before_the_command_ends(tmp_path: Path, serve
     # The first line came while the command slept its second, not with the end of the answer.
     assert first_line_at is not None, pieces
     assert ended_at - first_line_at > 0.5, [(at - sent, data) for at, data in pieces]
+
+    # A line every 50 ms arrives as it is printed: pieces all along, not one block at the end.
+    pieces = read_timed(send(server.port, "ticks"))
+    assert dechunk(split(b"".join(data for _, data in pieces))[2]) == (
+        "".join(f"{n}\n" for n in range(20)).encode(),
+        True,
+    )
+    assert len(pieces) >= 10, pieces
 
     status, head, body = answer(server.port, "both")
     assert head.get("Transfer-Encoding") == "chunked" and dechunk(body) == (b"a\nb\n", True)
