@@ -50,7 +50,7 @@ class Config:
     shutdown_timeout: float = 25.0
     read_timeout: float = 30.0
     stream_write_timeout: float = 30.0  # stream-command-output's slow clients (docs/limits.md)
-    stream_buffer: int = 1 << 20
+    stream_buffer: int = 4 << 20
     validate: bool = False
     trusted_proxies: tuple[str, ...] = ()
     # Per-client rate limits (docs/limits.md, "Rate limits"), soulteary/webhook's flags: off by default.

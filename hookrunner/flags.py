@@ -276,7 +276,7 @@ FLAGS: tuple[Flag, ...] = (
         "the most output held for the client of a hook with stream-command-output; "
         "a client further behind is cut off (the command runs on)",
         "stream_buffer",
-        1 << 20,
+        4 << 20,
         extension=True,
         positive=True,
     ),

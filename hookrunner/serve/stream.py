@@ -33,7 +33,7 @@ from hookrunner.serve.answers import TEXT_PLAIN, Answer, answer
 
 #: The most output held for one streamed answer's client by default (-stream-buffer); further behind, it is
 #: cut off.
-STREAM_BUFFER = 1 << 20
+STREAM_BUFFER = 4 << 20
 
 #: soulteary/webhook's answers for a streaming hook whose run ends badly before its first byte.
 MSG_STREAM_ERROR = (
