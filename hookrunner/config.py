@@ -49,6 +49,8 @@ class Config:
     max_body_size: int = 25 << 20
     shutdown_timeout: float = 25.0
     read_timeout: float = 30.0
+    stream_write_timeout: float = 30.0  # stream-command-output's slow clients (docs/limits.md)
+    stream_buffer: int = 4 << 20
     validate: bool = False
     trusted_proxies: tuple[str, ...] = ()
     # Per-client rate limits (docs/limits.md, "Rate limits"), soulteary/webhook's flags: off by default.

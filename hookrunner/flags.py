@@ -31,7 +31,7 @@ class Flag:
     #: hookrunner's own flags (not in the reference's usage text); `choices` limits a string's values.
     extension: bool = False
     choices: tuple[str, ...] = ()
-    #: An int flag that must be more than 0.
+    #: An int or size flag that must be more than 0.
     positive: bool = False
 
     @property
@@ -270,6 +270,25 @@ FLAGS: tuple[Flag, ...] = (
         "socket",
         "",
     ),
+    Flag(
+        "stream-buffer",
+        "size",
+        "the most output held for the client of a hook with stream-command-output; "
+        "a client further behind is cut off (the command runs on)",
+        "stream_buffer",
+        4 << 20,
+        extension=True,
+        positive=True,
+    ),
+    Flag(
+        "stream-write-timeout",
+        "duration",
+        "cut off the client of a hook with stream-command-output when writing a piece of its answer "
+        "takes longer than this (the command runs on); 0 means no limit",
+        "stream_write_timeout",
+        30.0,
+        extension=True,
+    ),
     Flag("template", "bool", "parse hooks file as a Go template", "template"),
     Flag("tls-min-version", "string", "minimum TLS version (1.0, 1.1, 1.2, 1.3)", "tls_min_version", "1.2"),
     Flag(
@@ -464,6 +483,8 @@ def parse_args(argv: Sequence[str], program: str = PROGRAM) -> Config:
                 values[flag.field] = parse_duration_flag(value)
             elif flag.kind == "size":
                 values[flag.field] = parse_size(value)
+                if flag.positive and values[flag.field] <= 0:
+                    raise FlagValueError("must be positive")
             elif flag.kind == "cidrs":
                 proxies.extend(parse_cidrs(value))
             elif flag.kind == "header":

@@ -57,6 +57,8 @@ HOOK_FIELDS: tuple[tuple[str, str], ...] = (
     ("coalesce", "true: pushes that arrive while a run waits are folded into that one run."),
     ("retry-after", "The Retry-After seconds of a 429 (default 5)."),
     ("replay", "false: the run journal does not run the hook again after a restart."),
+    ("stream-command-output", "true (soulteary/webhook's field): the command's output is the answer, sent as "
+                              "it is printed; see -stream-write-timeout and -stream-buffer."),
 )
 
 

@@ -184,6 +184,11 @@ def test_worker_class_flag_picks_the_gunicorn_worker_and_defaults_to_gevent() ->
         ([], {"rate_limit_enabled": False, "rate_limit_rps": 100, "rate_limit_burst": 10}),
         (["-rate-limit-enabled", "-rate-limit-rps=5", "-rate-limit-burst", "20"],
          {"rate_limit_enabled": True, "rate_limit_rps": 5, "rate_limit_burst": 20}),
+        # stream-command-output's slow clients (docs/limits.md, "Streamed answers").
+        ([], {"stream_write_timeout": 30.0, "stream_buffer": 4 << 20}),
+        (["-stream-write-timeout", "2s", "-stream-buffer", "64MiB"],
+         {"stream_write_timeout": 2.0, "stream_buffer": 64 << 20}),
+        (["-stream-write-timeout=0"], {"stream_write_timeout": 0.0}),
     ],
 )
 def test_limit_flags(argv: list[str], expected: dict[str, object]) -> None:
@@ -202,6 +207,7 @@ def test_limit_flags(argv: list[str], expected: dict[str, object]) -> None:
          'invalid value "proxy.local" for flag -trusted-proxies: proxy.local is not an IP address or CIDR'),
         (["-rate-limit-rps", "0"], 'invalid value "0" for flag -rate-limit-rps: must be positive'),
         (["-rate-limit-burst=-3"], 'invalid value "-3" for flag -rate-limit-burst: must be positive'),
+        (["-stream-buffer", "0"], 'invalid value "0" for flag -stream-buffer: must be positive'),
     ],
 )
 def test_limit_flag_rejections(argv: list[str], message: str) -> None:
@@ -221,6 +227,8 @@ def test_limit_flags_in_usage_with_go_defaults() -> None:
     assert "(default" not in command_timeout
     assert "  -rate-limit-rps int\n" in text and "  -rate-limit-burst int\n" in text
     assert "  -rate-limit-enabled\n" in text
+    assert "  -stream-write-timeout duration\n" in text and "  -stream-buffer size\n" in text
+    assert "(default 4MiB)\n" in text
     # The reference's usage text (for comparisons) has none of them.
     assert "-validate" not in usage_text(extensions=False)
     assert "-rate-limit" not in usage_text(extensions=False)

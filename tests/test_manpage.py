@@ -28,7 +28,7 @@ def test_every_flag_is_an_option_with_helps_usage_and_default() -> None:
 def test_the_page_names_every_hook_field_hookrunner_adds() -> None:
     fields = [field for field, _ in manpage.HOOK_FIELDS]
     assert set(LIMIT_FIELDS) <= set(fields)
-    assert {"command-timeout", "replay"} <= set(fields)
+    assert {"command-timeout", "replay", "stream-command-output"} <= set(fields)
 
 
 def test_escape_keeps_roff_from_reading_the_text() -> None:

@@ -44,6 +44,7 @@ class Hook:
     response_headers: tuple[Header, ...] = ()
     capture_output: bool = False
     capture_output_on_error: bool = False
+    stream_output: bool = False  # soulteary/webhook's stream-command-output (serve/stream.py)
     pass_environment: tuple[Argument, ...] = ()
     pass_arguments: tuple[Argument, ...] = ()
     pass_file: tuple[Argument, ...] = ()
@@ -179,6 +180,7 @@ HOOK_FIELDS.update(
         "response-headers": ("response_headers", _headers),
         "include-command-output-in-response": ("capture_output", go_bool),
         "include-command-output-in-response-on-error": ("capture_output_on_error", go_bool),
+        "stream-command-output": ("stream_output", go_bool),  # soulteary/webhook's
         "pass-environment-to-command": ("pass_environment", _arguments),
         "pass-arguments-to-command": ("pass_arguments", _arguments),
         "pass-file-to-command": ("pass_file", _arguments),

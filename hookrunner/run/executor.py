@@ -37,6 +37,8 @@ from hookrunner.run.tempfiles import create_temp, write_temp
 #: push is answered anyway and its process starts as soon as it can, as webhook's always does.
 START_WAIT = 0.05
 
+_TIMED_OUT = "command timed out after"
+
 #: How Go's syscall package words the signals a command most often dies of.
 _SIGNAL_TEXT = {
     signal.SIGHUP: "hangup",
@@ -66,6 +68,11 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def timed_out(self) -> bool:
+        """Ended at its command timeout (the error text _spawn gives it)."""
+        return self.error is not None and self.error.startswith(_TIMED_OUT)
 
 
 # The last environment inherited_environment() built, beside the bytes of os.environ it was built from.
@@ -525,13 +532,16 @@ class CommandRunner:
             with self._lock:
                 self._processes.discard(process)
         if timed_out:
-            return output.data, f"command timed out after {timeout:g}s ({_exit_text(process.returncode)})"
+            return output.data, f"{_TIMED_OUT} {timeout:g}s ({_exit_text(process.returncode)})"
         if process.returncode != 0:
             return output.data, _exit_text(process.returncode)
         return output.data, None
 
     def _is_closing(self) -> bool:
         return self._closing
+
+    #: Whether shutdown has given up waiting and ends what still runs (a run ending now was cancelled).
+    closing = property(_is_closing)
 
     def shutdown(self, grace: float) -> None:
         """Wait up to `grace` seconds for running and queued commands, then kill what is left: every process

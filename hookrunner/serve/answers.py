@@ -14,6 +14,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from hookrunner.golang.sniff import detect_content_type
 from hookrunner.golang.status import status_line
+from hookrunner.hooks.request import canonical_header_key
 from hookrunner.ops.log import log
 from hookrunner.serve.protocol import ChunkLengthTooLarge
 
@@ -47,6 +48,10 @@ class Answer(Response):
     #: The names of the headers in the handler's map when the head went out (Go writes those first,
     #: sorted); None for an answer not built by answer().
     handler_names: frozenset[str] | None = None
+
+    def body_size(self) -> int:
+        """The body's length, as the access log gives it."""
+        return len(self.get_data())
 
     def get_wsgi_headers(self, environ: dict[str, Any]) -> Any:
         headers = super().get_wsgi_headers(environ)
@@ -150,6 +155,33 @@ def read_body(rid: str) -> bytes:
 def go_method() -> str:
     """The method as sent: Go keeps `post` distinct from `POST` (werkzeug upper-cases it)."""
     return str(request.environ.get("REQUEST_METHOD", "GET"))
+
+
+#: WSGI keys that are not request headers in Go's sense (Go moves Host and Transfer-Encoding out).
+_NOT_HEADERS = {"HTTP_HOST", "HTTP_TRANSFER_ENCODING"}
+
+
+def go_request_headers(environ: dict[str, Any]) -> dict[str, Any]:
+    """The request's headers under Go's canonical names; Go keeps Host and Transfer-Encoding apart."""
+    headers: dict[str, Any] = {}
+    header_list = environ.get(HEADER_LIST_KEY)
+    if header_list is not None:
+        # The server's own list keeps repeated headers apart: Go takes the first value of each.
+        for name, value in header_list:
+            key = canonical_header_key(name)
+            if key not in ("Host", "Transfer-Encoding"):
+                headers.setdefault(key, value.encode("latin-1").decode("utf-8", "surrogateescape"))
+        return headers
+    for key, value in environ.items():
+        if key.startswith("HTTP_") and key not in _NOT_HEADERS:
+            # WSGI hands header bytes over as latin-1; Go keeps them as they came (UTF-8 or not).
+            value = value.encode("latin-1").decode("utf-8", "surrogateescape")
+            headers.setdefault(canonical_header_key(key[5:].replace("_", "-")), value)
+    if environ.get("CONTENT_TYPE"):
+        headers.setdefault("Content-Type", environ["CONTENT_TYPE"])
+    if environ.get("CONTENT_LENGTH"):
+        headers.setdefault("Content-Length", environ["CONTENT_LENGTH"])
+    return headers
 
 
 def go_request_path(environ: dict[str, Any]) -> str:

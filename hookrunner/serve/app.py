@@ -9,7 +9,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from flask import Flask, request
+from flask import Flask, copy_current_request_context, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.wrappers import Response as WerkzeugResponse
 
@@ -55,6 +55,7 @@ from hookrunner.serve.answers import (
     clean_path,
     go_duration,
     go_method,
+    go_request_headers,
     go_request_path,
     humanize_bytes,
     read_body,
@@ -62,6 +63,7 @@ from hookrunner.serve.answers import (
 from hookrunner.serve.proxies import forwarded_client, parse_networks
 from hookrunner.serve.ratelimit import TokenBuckets, too_fast
 from hookrunner.serve.routes import method_allowed, routed_hook
+from hookrunner.serve.stream import StreamedAnswer, StreamPipe, stream_answer
 
 #: Bodies at least this long are parsed by `Parsing.run` (off the gevent worker's event loop); shorter ones
 #: take less time to parse than to hand to a thread.
@@ -84,10 +86,6 @@ class Parsing:
         """Drop a big parsed request (the one item of `parsed`): here by default; the gevent worker frees
         it on a parser thread, piece by piece, since freeing millions of values at once holds the GIL."""
         parsed.clear()
-
-
-#: WSGI keys that are not request headers in Go's sense (Go moves Host and Transfer-Encoding out).
-_NOT_HEADERS = {"HTTP_HOST", "HTTP_TRANSFER_ENCODING"}
 
 
 class HookApp:
@@ -125,7 +123,7 @@ class HookApp:
             return
         environ = request.environ
         uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path.rstrip("?")
-        size = len(response.get_data())
+        size = response.body_size()
         elapsed = time.perf_counter() - started
         log.request(
             rid,
@@ -156,7 +154,7 @@ class HookApp:
         chunked = environ.get("HTTP_TRANSFER_ENCODING", "")
         if chunked:
             lines.append(f"Transfer-Encoding: {chunked}")
-        headers = self.request_headers(environ)
+        headers = go_request_headers(environ)
         headers.pop("Trailer", None)
         lines += [f"{key}: {headers[key]}" for key in sorted(headers)]
         lines.append("")
@@ -248,10 +246,17 @@ class HookApp:
             response = answer(500, b"Internal Server Error\n", headers, TEXT_PLAIN)
         if request.environ.get(BODY_FAILED_KEY):
             response.headers["Connection"] = "close"  # net/http does not reuse it after a broken body
+        finish = partial(self.answered, rid, response, started)
+        if isinstance(response, StreamedAnswer):  # logged once its last byte has gone out
+            response.call_on_close(copy_current_request_context(finish))
+        else:
+            finish()
+        return response
+
+    def answered(self, rid: str, response: Answer, started: float) -> None:
         if self.config.debug:
             self.dump_response(rid, response)
         self.access_log(rid, response, started)
-        return response
 
     def handle(self, rid: str, hook_id: str) -> Answer:
         method = go_method()
@@ -316,8 +321,11 @@ class HookApp:
         log.request(rid, f"{hook.id} hook triggered successfully\n", hook=hook.id, event="triggered")
         for header in hook.response_headers:
             headers[canonical_header_key(header.name)] = header.value
+        pipe = StreamPipe(self.runner.waits, self.config.stream_buffer) if hook.stream_output else None
         try:
-            future = self.runner.submit(hook, req, started_first=not hook.capture_output)
+            future = self.runner.submit(
+                hook, req, pipe is None and not hook.capture_output, None if pipe is None else pipe.push
+            )
         except Busy as busy:
             log.request(
                 rid,
@@ -333,6 +341,10 @@ class HookApp:
             metrics.record_request(hook.id, metrics.UNJOURNALED)
             return answer(503, MSG_UNJOURNALED, {**headers, "Retry-After": str(unwritable.retry_after)})
         metrics.record_request(hook.id, metrics.SERVED)
+        if pipe is not None:  # soulteary's precedence: streaming before include-command-output-in-response
+            status = self.configured_status(rid, hook, hook.success_status)
+            sock, limit = request.environ.get("gunicorn.socket"), self.config.stream_write_timeout
+            return stream_answer(pipe, future, self.runner, rid, hook.id, status, headers, limit, sock)
         if hook.capture_output:
             result = self.runner.wait_for(future)
             if not result.ok:
@@ -417,35 +429,12 @@ class HookApp:
                 host, port = client
         return host, port
 
-    @staticmethod
-    def request_headers(environ: dict[str, Any]) -> dict[str, Any]:
-        """The request's headers under Go's canonical names; Go keeps Host and Transfer-Encoding apart."""
-        headers: dict[str, Any] = {}
-        header_list = environ.get(HEADER_LIST_KEY)
-        if header_list is not None:
-            # The server's own list keeps repeated headers apart: Go takes the first value of each.
-            for name, value in header_list:
-                key = canonical_header_key(name)
-                if key not in ("Host", "Transfer-Encoding"):
-                    headers.setdefault(key, value.encode("latin-1").decode("utf-8", "surrogateescape"))
-            return headers
-        for key, value in environ.items():
-            if key.startswith("HTTP_") and key not in _NOT_HEADERS:
-                # WSGI hands header bytes over as latin-1; Go keeps them as they came (UTF-8 or not).
-                value = value.encode("latin-1").decode("utf-8", "surrogateescape")
-                headers.setdefault(canonical_header_key(key[5:].replace("_", "-")), value)
-        if environ.get("CONTENT_TYPE"):
-            headers.setdefault("Content-Type", environ["CONTENT_TYPE"])
-        if environ.get("CONTENT_LENGTH"):
-            headers.setdefault("Content-Length", environ["CONTENT_LENGTH"])
-        return headers
-
     def parse_request(self, rid: str, hook: Hook, remote_addr: str) -> Request | Answer:
         environ = request.environ
         # The first Content-Type of repeated ones, as Go's Header.Get reads it (the worker sets it).
         request_type = environ.get("CONTENT_TYPE", "")
         content_type = hook.incoming_payload_content_type or request_type
-        headers: dict[str, Any] = self.request_headers(environ)
+        headers: dict[str, Any] = go_request_headers(environ)
         req = Request(
             id=rid,
             method=go_method(),

@@ -91,3 +91,11 @@ def test_replay_defaults_to_true_and_false_opts_out() -> None:
     assert "replay" not in off.extra
     with pytest.raises(HooksFileError, match="Hook.replay"):
         parse_hooks('[{"id": "a", "replay": "no"}]')
+
+
+def test_stream_command_output_is_soulteary_s_boolean_and_off_by_default() -> None:
+    default, on = parse_hooks('[{"id": "a"}, {"id": "b", "stream-command-output": true}]')
+    assert (default.stream_output, on.stream_output) == (False, True)
+    assert "stream-command-output" not in on.extra
+    with pytest.raises(HooksFileError, match="Hook.stream-command-output"):
+        parse_hooks('[{"id": "a", "stream-command-output": "yes"}]')
