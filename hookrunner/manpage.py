@@ -55,6 +55,8 @@ HOOK_FIELDS: tuple[tuple[str, str], ...] = (
     ("max-concurrency", "At most this many runs of the hook at once; 0 is unlimited."),
     ("max-queue", "Runs waiting for a free slot, first in, first out; past it the answer is 429."),
     ("coalesce", "true: pushes that arrive while a run waits are folded into that one run."),
+    ("coalesce-by", "A source/name pair (payload ref): coalescing per value, one waiting run for each; "
+                    "implies coalesce."),
     ("retry-after", "The Retry-After seconds of a 429 (default 5)."),
     ("replay", "false: the run journal does not run the hook again after a restart."),
     ("stream-command-output", "true (soulteary/webhook's field): the command's output is the answer, sent as "

@@ -25,12 +25,14 @@ from hookrunner.hooks.rules import parse_rule
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """A hook's limits: `max_concurrency` 0 means unlimited; `max_queue` 0 means reject at the limit."""
+    """A hook's limits: `max_concurrency` 0 means unlimited; `max_queue` 0 means reject at the limit;
+    `coalesce_by`: the request value whose runs coalesce with each other (one waiting run per value)."""
 
     max_concurrency: int = 0
     max_queue: int = 0
     coalesce: bool = False
     retry_after: int = 5
+    coalesce_by: Argument | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +69,7 @@ class Hook:
 # Each field: its key in the file, the Hook attribute, and how Go decodes it (value, "Struct.key" for errors).
 HOOK_FIELDS: dict[str, tuple[str, Callable[[Any, str], Any]]] = {}  # filled below, once the decoders exist
 #: hookrunner's own keys for a hook's Limits (docs/limits.md); the reference ignores them.
-LIMIT_FIELDS = ("max-concurrency", "max-queue", "coalesce", "retry-after")
+LIMIT_FIELDS = ("max-concurrency", "max-queue", "coalesce", "coalesce-by", "retry-after")
 ARGUMENT_FIELDS = ("source", "name", "envname", "base64decode")
 _HEADER_FIELDS = ("name", "value")
 
@@ -151,11 +153,15 @@ def _go_duration_field(value: Any, where: str) -> float:
 
 
 def _limits(known: dict[str, Any], where: str) -> Limits:
+    by = known.get("coalesce-by")
+    coalesce_by = None if by is None else decode_argument(by, where + "coalesce-by")
     limits = Limits(
         max_concurrency=go_int(known.get("max-concurrency"), where + "max-concurrency"),
         max_queue=go_int(known.get("max-queue"), where + "max-queue"),
-        coalesce=go_bool(known.get("coalesce"), where + "coalesce"),
+        # coalesce-by is coalescing per value: it needs no coalesce: true beside it.
+        coalesce=go_bool(known.get("coalesce"), where + "coalesce") or coalesce_by is not None,
         retry_after=go_int(known.get("retry-after", 5), where + "retry-after"),
+        coalesce_by=coalesce_by,
     )
     if min(limits.max_concurrency, limits.max_queue, limits.retry_after) < 0:
         raise HooksFileError(f"{where}max-concurrency, max-queue and retry-after must not be negative")

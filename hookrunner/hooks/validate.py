@@ -221,6 +221,11 @@ def hook_problems(hook: Hook, raw: Mapping[Any, Any]) -> list[str]:
     limits = hook.limits
     if not limits.max_concurrency and (limits.max_queue or limits.coalesce):
         problems.append("max-queue and coalesce have no effect without max-concurrency")
+    by = _raw_value(raw, "coalesce-by")
+    if isinstance(by, Mapping):
+        problems += _unknown_keys(by, ARGUMENT_FIELDS, "coalesce-by: ")
+    if limits.coalesce_by is not None:
+        problems += _argument_problems(limits.coalesce_by, "coalesce-by: ")
     if hook.trigger_rule is not None:
         problems += _raw_rule_problems(_raw_value(raw, "trigger-rule"), "trigger-rule")
         problems += _rule_problems(hook.trigger_rule, "trigger-rule")

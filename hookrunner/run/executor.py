@@ -258,7 +258,10 @@ class CommandRunner:
             raise
         try:
             future, how = self._scheduler.submit(
-                hook.id, hook.limits, lambda: self._journaled_run(hook, spec, run_id, ticket, on_output)
+                hook.id,
+                hook.limits,
+                lambda: self._journaled_run(hook, spec, run_id, ticket, on_output),
+                group=coalesce_group(hook, req),
             )
         except Busy:
             if journal is not None and run_id is not None:
@@ -556,6 +559,18 @@ class CommandRunner:
         for process in leftovers:
             log.output(f"shutdown: killing the process group of command {process.pid}")
         self._tracker.end(self._tracker.runs, 0.0, self.waits.sleep)
+
+
+def coalesce_group(hook: Hook, req: Request) -> str | None:
+    """The value of the hook's `coalesce-by` in this request: its runs coalesce only with runs of the same
+    value. None without coalesce-by, and for a request that lacks the value (those coalesce together)."""
+    by = hook.limits.coalesce_by
+    if by is None:
+        return None
+    try:
+        return argument_value(by, req)
+    except HookrunnerError:
+        return None
 
 
 def _admitted(ticket: Ticket | None, future: Future[CommandResult], how: str) -> None:

@@ -37,6 +37,15 @@ class Job(Generic[T]):
     work: Callable[[], T]
     future: Future[T] = field(default_factory=Future)
     coalesced: int = 0
+    group: str | None = None  # the coalesce-by value of its requests
+
+
+def _waiting_of(pending: deque[Job[T]], group: str | None) -> Job[T] | None:
+    """The newest waiting run of `group`, if any."""
+    for job in reversed(pending):
+        if job.group == group:
+            return job
+    return None
 
 
 class _Gate(Generic[T]):
@@ -84,12 +93,18 @@ class Scheduler(Generic[T]):
             return sum(len(g.pending) for g in self._gates.values()) + len(self._waiting)
 
     def submit(
-        self, key: str, limits: Limits, work: Callable[[], T], admitted: bool = False
+        self,
+        key: str,
+        limits: Limits,
+        work: Callable[[], T],
+        admitted: bool = False,
+        group: str | None = None,
     ) -> tuple[Future[T], str]:
         """Admit `work`; returns its future and how it was admitted: `started`, `queued` or `coalesced`.
 
         Raises Busy when the key is at its limit and its queue is full, unless the run was `admitted`
-        before (a replayed run, already answered): that one joins the queue past its bound.
+        before (a replayed run, already answered): that one joins the queue past its bound. With coalescing,
+        a run coalesces into the waiting run of its `group` (the hook's coalesce-by value; None: one group).
         """
         with self._lock:
             gate = self._gates.setdefault(key, _Gate())
@@ -99,17 +114,16 @@ class Scheduler(Generic[T]):
                 thread = self._admit(key, gate, job)
                 if thread is None:
                     return job.future, "started"
-            elif limits.coalesce and gate.pending:
-                # A run is already waiting: it will see the newest request instead of adding another run.
-                newest = gate.pending[-1]
-                newest.work = work
-                newest.coalesced += 1
-                return newest.future, "coalesced"
+            elif limits.coalesce and (waiting := _waiting_of(gate.pending, group)) is not None:
+                # A run of its group is already waiting: it will see the newest request instead.
+                waiting.work = work
+                waiting.coalesced += 1
+                return waiting.future, "coalesced"
             else:
                 capacity = max(limits.max_queue, 1 if limits.coalesce else 0)
                 if len(gate.pending) >= capacity and not admitted:
                     raise Busy(key, limits.retry_after)
-                job = Job(work)
+                job = Job(work, group=group)
                 gate.pending.append(job)
                 return job.future, "queued"
         # Started outside the lock: Thread.start() waits until the new thread runs, which under load takes

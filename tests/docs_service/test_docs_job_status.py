@@ -339,7 +339,8 @@ def documented_hook_settings() -> dict[str, Any]:
 def test_the_documented_settings_pair_the_wait_with_one_run_at_a_time() -> None:
     settings = documented_hook_settings()
     assert settings["max-concurrency"] == 1
-    assert settings["coalesce"] is True
+    assert settings["coalesce-by"] == {"source": "payload", "name": "ref"}  # per branch (docs/limits.md)
+    assert settings["max-queue"] == 2  # a waiting run for dev and one for main
     [variable] = settings["pass-environment-to-command"]
     assert variable["source"] == "string" and variable["envname"] == "WAIT_FOR_JOB"
     wait = int(variable["name"])
@@ -387,19 +388,20 @@ def test_hookrunner_records_each_builds_own_outcome_and_never_overlaps_builds(
         watcher = threading.Thread(target=watch)
         watcher.start()
         try:
-            for _ in range(3):
-                assert push(f"{base}/hooks/rebuild-docs", "refs/heads/dev").text == "payload received"
+            for ref in ("dev", "main", "dev", "dev"):
+                assert push(f"{base}/hooks/rebuild-docs", f"refs/heads/{ref}").text == "payload received"
             wait_for(
-                lambda: len(runs(admin_url)) == 3 and all(r["outcome"] == "ok" for r in runs(admin_url)),
+                lambda: len(runs(admin_url)) == 4 and all(r["outcome"] == "ok" for r in runs(admin_url)),
                 120,
-                "three ok runs",
+                "four ok runs",
             )
         finally:
             watching = False
             watcher.join()
         assert most_unfinished == 1, "never two builds at once"
-        assert len(builder.jobs()) == 2, "the third push was folded into the second"
-        assert sorted(r["kind"] for r in runs(admin_url)) == ["coalesced", "immediate", "queued"]
+        # The last dev push was folded into the waiting dev run; the main push kept its own.
+        assert sorted(j["metadata"]["namespace"] for j in builder.jobs()) == ["dev", "dev", "prod"]
+        assert sorted(r["kind"] for r in runs(admin_url)) == ["coalesced", "immediate", "queued", "queued"]
 
         # A broken mkdocs.yml: the run itself fails, and its output says why.
         break_branch(repo, "dev")

@@ -99,3 +99,15 @@ def test_stream_command_output_is_soulteary_s_boolean_and_off_by_default() -> No
     assert "stream-command-output" not in on.extra
     with pytest.raises(HooksFileError, match="Hook.stream-command-output"):
         parse_hooks('[{"id": "a", "stream-command-output": "yes"}]')
+
+
+def test_coalesce_by_is_an_argument_and_turns_coalescing_on() -> None:
+    plain, by = parse_hooks(
+        '[{"id": "a", "max-concurrency": 1, "coalesce": true},'
+        ' {"id": "b", "max-concurrency": 1, "coalesce-by": {"source": "payload", "name": "ref"}}]'
+    )
+    assert (plain.limits.coalesce, plain.limits.coalesce_by) == (True, None)
+    assert (by.limits.coalesce, by.limits.coalesce_by) == (True, Argument("payload", "ref"))
+    assert "coalesce-by" not in by.extra
+    with pytest.raises(HooksFileError, match="coalesce-by"):
+        parse_hooks('[{"id": "a", "coalesce-by": "ref"}]')

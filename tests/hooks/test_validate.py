@@ -69,6 +69,13 @@ HEADER = {"source": "header", "name": "X-Token"}
          ["hook h: success-http-response-code 299 is not a known HTTP status; 200 is sent instead"]),
         ({"coalesce": True}, ["hook h: max-queue and coalesce have no effect without max-concurrency"]),
         ({"max-concurrency": 1, "coalesce": True, "command-timeout": "5m"}, []),
+        ({"max-concurrency": 1, "max-queue": 2, "coalesce-by": {"source": "payload", "name": "ref"}}, []),
+        ({"max-concurrency": 1, "coalesce-by": {"source": "body", "name": "ref", "env": "X"}},
+         ['hook h: coalesce-by: unknown key "env" is ignored (did you mean "envname"?)',
+          'hook h: coalesce-by: unknown source "body" (did you mean "raw-request-body"?); known: header, url, '
+          "query, payload, request, string, raw-request-body, entire-payload, entire-headers, entire-query"]),
+        ({"coalesce-by": {"source": "payload", "name": "ref"}},
+         ["hook h: max-queue and coalesce have no effect without max-concurrency"]),
         ({"execute-command": ""}, ["hook h: no execute-command: nothing would run"]),
         ({"execute-command": "no-such-command-here"},
          ['hook h: command not found or not executable: exec: "no-such-command-here": executable file not '

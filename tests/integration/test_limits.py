@@ -248,6 +248,25 @@ def test_coalescing_collapses_a_burst_into_one_more_run_with_the_latest_payload(
     assert server.log.count("docs is at its concurrency limit; run coalesced") == 48
 
 
+def test_coalesce_by_keeps_one_waiting_run_per_branch(tmp_path: Path, servers: list[Server]) -> None:
+    """The docs-rebuild pairing (docs/docs-rebuild.md): a dev push waiting behind a build is not replaced by a
+    main push; each branch's newest push runs once."""
+    record, gate = tmp_path / "runs", tmp_path / "gate"
+    limits = {"max-concurrency": 1, "max-queue": 2, "coalesce-by": {"source": "url", "name": "branch"}}
+    server = start(tmp_path, servers, [recorder_hook("docs", record, str(gate), **limits)])
+    assert server.request("POST", "/hooks/docs?branch=dev&seq=dev-1")[0] == 200
+    assert wait_until(lambda: len(records(record)) == 1)  # a build is running
+    for seq in ("dev-2", "main-1", "dev-3", "main-2", "dev-4"):
+        assert server.request("POST", f"/hooks/docs?branch={seq.split('-')[0]}&seq={seq}")[0] == 200
+    status, headers, _ = server.request("POST", "/hooks/docs?branch=v1&seq=v1-1")
+    assert (status, headers.get("retry-after")) == (429, "5")  # a third branch: the queue (2) is full
+    gate.write_text("go")
+    assert wait_until(lambda: len(runs(record)) == 3, timeout=20), records(record)
+    time.sleep(0.5)  # room for a run that should not exist
+    assert [seq for _, _, seq in runs(record)] == ["dev-1", "dev-4", "main-2"]
+    assert server.log.count("docs is at its concurrency limit; run coalesced") == 3
+
+
 # ----------------------------------------------------------------------------------------- body size
 
 

@@ -7,6 +7,7 @@ from concurrent.futures import Future
 
 import pytest
 
+from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.model import Limits
 from hookrunner.run.scheduler import Busy, Scheduler
 
@@ -87,6 +88,24 @@ def test_coalesce_runs_once_more_with_the_newest_request() -> None:
     assert outcomes[0][0].result(5) == "push-11"  # the queued run saw the latest push
     wait_for(lambda: scheduler.wait_idle(0))
     assert gate.ran == ["push-1", "push-11"]
+
+
+def test_coalesce_by_keeps_one_waiting_run_per_value_and_the_queue_bounds_the_values() -> None:
+    scheduler: Scheduler[str] = Scheduler()
+    gate = Gate()
+    limits = Limits(max_concurrency=1, max_queue=2, coalesce=True, coalesce_by=Argument("payload", "ref"))
+    running, _ = scheduler.submit("h", limits, gate.work("dev-1"), group="dev")
+    pushes = [("dev", "dev-2"), ("main", "main-1"), ("dev", "dev-3"), ("main", "main-2"), ("dev", "dev-4")]
+    outcomes = [scheduler.submit("h", limits, gate.work(work), group=group) for group, work in pushes]
+    assert [how for _, how in outcomes] == ["queued", "queued", "coalesced", "coalesced", "coalesced"]
+    with pytest.raises(Busy):  # a third value finds the queue full (max-queue 2)
+        scheduler.submit("h", limits, gate.work("tag-1"), group="v1.0")
+    gate.release.set()
+    assert running.result(5) == "dev-1"
+    assert outcomes[0][0].result(5) == "dev-4"  # each value's waiting run saw its newest push
+    assert outcomes[1][0].result(5) == "main-2"
+    wait_for(lambda: scheduler.wait_idle(0))
+    assert gate.ran == ["dev-1", "dev-4", "main-2"]  # in the order their values first waited
 
 
 def test_global_cap_makes_runs_wait() -> None:
