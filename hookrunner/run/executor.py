@@ -37,6 +37,12 @@ from hookrunner.run.tempfiles import create_temp, write_temp
 #: push is answered anyway and its process starts as soon as it can, as webhook's always does.
 START_WAIT = 0.05
 
+#: Background runs answered before their start without waiting for it: one. A push is answered at once when
+#: no run answered before it is still starting, else waits for its own start (START_WAIT at most): answers
+#: still come no faster than starts, and one run, not a backlog, is answered and not started. A lone push
+#: skips its start's wait, under load most of its answer's time (docs/limits.md, "A flooded neighbour").
+STARTS_AHEAD = 1
+
 #: How Go's syscall package words the signals a command most often dies of.
 _SIGNAL_TEXT = {
     signal.SIGHUP: "hangup",
@@ -177,6 +183,9 @@ class CommandRunner:
         self.waits = Waits()
         # Requests answered once their run has started (start(), on the gevent worker), by request id.
         self._start_waiters: dict[str, StartSignal] = {}
+        # Requests answered before their run started (at most STARTS_AHEAD of them, but for those whose start
+        # took longer than start_wait), by request id; each leaves when its run starts (or will not).
+        self._ahead: set[str] = set()
         #: How long a background run's answer waits for its start (START_WAIT).
         self.start_wait = START_WAIT
         self._lock = threading.Lock()
@@ -219,10 +228,10 @@ class CommandRunner:
         With a journal the run is written down (durably) before it is admitted, so before the request is
         answered. With `started_first`, where runs are launched on the serving loop (the gevent worker), a
         run admitted to start now has started its process (or failed to) when this returns, or has waited
-        `start_wait` for a core to start it on, so a background run's answer follows its start: the loop
-        does not answer faster than it starts commands, and leaves no backlog of answered runs not yet
-        started. `on_output` is told each chunk of this run's output as it is read (a request coalesced
-        into another's run is told nothing)."""
+        `start_wait` for a core to start it on, unless it is the only one answered and not yet started
+        (STARTS_AHEAD): the loop does not answer faster than it starts commands, and leaves no backlog of
+        answered runs not yet started. `on_output` is told each chunk of this run's output as it is read
+        (a request coalesced into another's run is told nothing)."""
         if not (started_first and self.waits.launches):
             return self._submit(hook, req, on_output)[0]
         started = self.waits.event()
@@ -230,10 +239,18 @@ class CommandRunner:
         try:
             future, how = self._submit(hook, req, on_output)
             if how == "started" and not self._scheduler.in_line(future):  # in the cap's line: answered now
-                started.wait(self.start_wait)
+                if len(self._ahead) >= STARTS_AHEAD:
+                    started.wait(self.start_wait)
+                if req.id in self._start_waiters:  # not started yet: answered ahead of its start
+                    self._ahead.add(req.id)
         finally:
             self._start_waiters.pop(req.id, None)
         return future
+
+    @property
+    def ahead(self) -> int:
+        """Background runs answered before their process started that have not started yet."""
+        return len(self._ahead)
 
     def _submit(
         self, hook: Hook, req: Request, on_output: Listener | None = None
@@ -335,6 +352,7 @@ class CommandRunner:
 
     def _started(self, request_id: str) -> None:
         """The run of `request_id` has started its process (or will not): start() may return."""
+        self._ahead.discard(request_id)
         waiter = self._start_waiters.pop(request_id, None)
         if waiter is not None:
             waiter.set()
