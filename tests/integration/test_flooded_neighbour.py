@@ -27,16 +27,16 @@ THREADED = "gthread" in HOOKRUNNER_TEST_FLAGS
 
 #: The neighbour's p50 and p99 against the flood's own p50 and p99 in the same run, at most. On the gevent
 #: worker fair turns serve the neighbour, one request at a time, before the flood's waiting requests: over
-#: scripts/hostile's five rounds (10 s each, load 11-21) its p50 was 0.14-0.61 of the flood's and its p99
-#: 0.17-0.44, where before fair turns they were about 4x and 2.6x. The threaded worker has no fair turns: its
+#: fifteen of scripts/hostile's rounds (10 s each, load 9-21) its p50 was 0.06-0.61 of the flood's and its
+#: p99 0.11-0.53, where before fair turns they were about 4x and 2.6x. The threaded worker has no fair turns: its
 #: 64 threads take requests as they come, so the neighbour waits in the same line as a flood request,
 #: 0.87-1.0x the flood's p50 and 0.82-0.88x its p99 in its own five rounds: the bound leaves it half as
 #: long again as a flood request, for the noise of one short run.
 OF_THE_FLOOD = 1.5 if THREADED else 1.0
 
 #: hookrunner's neighbour p99 at most this many times webhook's, measured one after the other in the same
-#: test. Seen in scripts/hostile's rounds: the gevent worker 0.7-4.2x webhook's (median 1.8x), the threaded
-#: worker 1.5-7.5x (median 6.4x). About twice the worst of those: the machine's load moves between the two
+#: test. Seen in scripts/hostile's rounds: the gevent worker 0.4-4.2x webhook's (fifteen rounds), the
+#: threaded worker 1.5-7.5x (five). About twice the worst of those: the machine's load moves between the two
 #: measurements.
 P99_TIMES_WEBHOOK = 15.0 if THREADED else 8.0
 
