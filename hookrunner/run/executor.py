@@ -13,20 +13,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 
-from hookrunner.errors import ArgumentError, CommandNotFound, HookrunnerError
-from hookrunner.golang.base64 import go_base64_decode
+from hookrunner.errors import CommandNotFound
 from hookrunner.golang.exec import start_problem
 from hookrunner.golang.strconv import quote as go_quote
 from hookrunner.golang.syscall import errno_text
-from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.command import resolve_command
 from hookrunner.hooks.model import Hook
-from hookrunner.hooks.params import argument_value
 from hookrunner.hooks.request import Request
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.history import Recorder, Ticket
 from hookrunner.run.journal import Journal, JournalUnwritable, LeftOver, RunSpec
+from hookrunner.run.prepare import coalesce_group, inherited_environment, prepare
 from hookrunner.run.processes import ProcessTracker, end_previous_attempt
 from hookrunner.run.scheduler import Busy, Scheduler
 from hookrunner.run.spawn import Exit, Listener, Output, StartSignal, Waits, start_process
@@ -38,6 +36,12 @@ from hookrunner.run.tempfiles import create_temp, write_temp
 START_WAIT = 0.05
 
 _TIMED_OUT = "command timed out after"
+
+#: Background runs answered before their start without waiting for it: one. A push is answered at once when
+#: no run answered before it is still starting, else waits for its own start (START_WAIT at most): answers
+#: still come no faster than starts, and one run, not a backlog, is answered and not started. A lone push
+#: skips its start's wait, under load most of its answer's time (docs/limits.md, "A flooded neighbour").
+STARTS_AHEAD = 1
 
 #: How Go's syscall package words the signals a command most often dies of.
 _SIGNAL_TEXT = {
@@ -75,52 +79,6 @@ class CommandResult:
         return self.error is not None and self.error.startswith(_TIMED_OUT)
 
 
-# The last environment inherited_environment() built, beside the bytes of os.environ it was built from.
-_inherited: tuple[dict[bytes, bytes], dict[str, str]] | None = None
-
-
-def inherited_environment() -> dict[str, str]:
-    """The environment a command inherits: the server's own, as webhook passes it on (a new dict).
-
-    Under a C locale Python sets LC_CTYPE=C.UTF-8 in its own environment at start-up (PEP 538 locale
-    coercion); webhook's commands never see that variable, so it is left out when it can only have
-    come from there (no LC_ALL, and LANG unset or C).
-
-    Decoding the environment is most of the cost, and it grows with it (a pod gets variables for every
-    service of its namespace): the last result is reused while os.environ's bytes are unchanged.
-    """
-    global _inherited
-    raw: dict[bytes, bytes] | None = getattr(os.environ, "_data", None)
-    last = _inherited
-    if raw is not None and last is not None and last[0] == raw:
-        return dict(last[1])
-    env = dict(os.environ)
-    coerced = env.get("LC_CTYPE") in ("C.UTF-8", "C.utf8", "UTF-8")
-    if coerced and not env.get("LC_ALL") and env.get("LANG", "C") in ("", "C", "POSIX"):
-        del env["LC_CTYPE"]
-    if raw is not None:
-        _inherited = (dict(raw), dict(env))
-    return env
-
-
-def _decode_base64(text: str) -> bytes:
-    decoded, error = go_base64_decode(text.encode("utf-8", "surrogateescape"))
-    if error is not None:
-        log.printf("error decoding string [illegal base64 data at input byte %d]", error)
-    return decoded
-
-
-def _values(req: Request, args: tuple[Argument, ...], what: str) -> list[tuple[Argument, str | None]]:
-    result: list[tuple[Argument, str | None]] = []
-    for arg in args:
-        try:
-            result.append((arg, argument_value(arg, req)))
-        except HookrunnerError:
-            log.request(req.id, f"error extracting command arguments{what}: {ArgumentError(arg)}\n")
-            result.append((arg, None))
-    return result
-
-
 def _exit_text(returncode: int) -> str:
     if returncode >= 0:
         return f"exit status {returncode}"
@@ -130,35 +88,6 @@ def _exit_text(returncode: int) -> str:
     except ValueError:
         name = f"signal {sig}"
     return f"signal: {name}"
-
-
-def prepare(hook: Hook, req: Request) -> RunSpec:
-    """What a run of `hook` for `req` starts: argv, the hook's variables, its files' contents, its folder."""
-    argv = [hook.execute_command]
-    argv += [value or "" for _, value in _values(req, hook.pass_arguments, "")]
-    env: list[tuple[str, str]] = []
-    for arg, value in _values(req, hook.pass_environment, " for environment"):
-        if value is not None:
-            env.append((arg.envname or "HOOK_" + arg.name, value))
-    files: list[tuple[str, bytes]] = []
-    for arg, value in _values(req, hook.pass_file, " for file"):
-        if value is None:
-            continue
-        envname = arg.envname
-        if not envname:
-            envname = "HOOK_" + arg.name.upper()
-            log.printf("no ENVVAR name specified, falling back to [%s]", envname)
-        data = _decode_base64(value) if arg.base64decode else value.encode("utf-8", "surrogateescape")
-        files.append((envname, data))
-    return RunSpec(
-        hook_id=hook.id,
-        request_id=req.id,
-        command=hook.execute_command,
-        argv=tuple(argv),
-        env=tuple(env),
-        files=tuple(files),
-        cwd=hook.command_working_directory,
-    )
 
 
 class CommandRunner:
@@ -184,6 +113,9 @@ class CommandRunner:
         self.waits = Waits()
         # Requests answered once their run has started (start(), on the gevent worker), by request id.
         self._start_waiters: dict[str, StartSignal] = {}
+        # Requests answered before their run started (at most STARTS_AHEAD of them, but for those whose start
+        # took longer than start_wait), by request id; each leaves when its run starts (or will not).
+        self._ahead: set[str] = set()
         #: How long a background run's answer waits for its start (START_WAIT).
         self.start_wait = START_WAIT
         self._lock = threading.Lock()
@@ -226,10 +158,10 @@ class CommandRunner:
         With a journal the run is written down (durably) before it is admitted, so before the request is
         answered. With `started_first`, where runs are launched on the serving loop (the gevent worker), a
         run admitted to start now has started its process (or failed to) when this returns, or has waited
-        `start_wait` for a core to start it on, so a background run's answer follows its start: the loop
-        does not answer faster than it starts commands, and leaves no backlog of answered runs not yet
-        started. `on_output` is told each chunk of this run's output as it is read (a request coalesced
-        into another's run is told nothing)."""
+        `start_wait` for a core to start it on, unless it is the only one answered and not yet started
+        (STARTS_AHEAD): the loop does not answer faster than it starts commands, and leaves no backlog of
+        answered runs not yet started. `on_output` is told each chunk of this run's output as it is read
+        (a request coalesced into another's run is told nothing)."""
         if not (started_first and self.waits.launches):
             return self._submit(hook, req, on_output)[0]
         started = self.waits.event()
@@ -237,10 +169,18 @@ class CommandRunner:
         try:
             future, how = self._submit(hook, req, on_output)
             if how == "started" and not self._scheduler.in_line(future):  # in the cap's line: answered now
-                started.wait(self.start_wait)
+                if len(self._ahead) >= STARTS_AHEAD:
+                    started.wait(self.start_wait)
+                if req.id in self._start_waiters:  # not started yet: answered ahead of its start
+                    self._ahead.add(req.id)
         finally:
             self._start_waiters.pop(req.id, None)
         return future
+
+    @property
+    def ahead(self) -> int:
+        """Background runs answered before their process started that have not started yet."""
+        return len(self._ahead)
 
     def _submit(
         self, hook: Hook, req: Request, on_output: Listener | None = None
@@ -345,6 +285,7 @@ class CommandRunner:
 
     def _started(self, request_id: str) -> None:
         """The run of `request_id` has started its process (or will not): start() may return."""
+        self._ahead.discard(request_id)
         waiter = self._start_waiters.pop(request_id, None)
         if waiter is not None:
             waiter.set()
@@ -559,18 +500,6 @@ class CommandRunner:
         for process in leftovers:
             log.output(f"shutdown: killing the process group of command {process.pid}")
         self._tracker.end(self._tracker.runs, 0.0, self.waits.sleep)
-
-
-def coalesce_group(hook: Hook, req: Request) -> str | None:
-    """The value of the hook's `coalesce-by` in this request: its runs coalesce only with runs of the same
-    value. None without coalesce-by, and for a request that lacks the value (those coalesce together)."""
-    by = hook.limits.coalesce_by
-    if by is None:
-        return None
-    try:
-        return argument_value(by, req)
-    except HookrunnerError:
-        return None
 
 
 def _admitted(ticket: Ticket | None, future: Future[CommandResult], how: str) -> None:

@@ -151,6 +151,11 @@ class DormantConnection:
         dormant.add(self)
         if read_timeout > 0:
             _deadlines.add(self.accepted + read_timeout, self)
+        # A client usually sends its request right after it connects, so by the time the loop accepts it
+        # the head is there: read at once, and its greenlet starts a turn of the loop sooner than if it
+        # waited for the next poll to say what the accept could have seen (a flooded loop's turn is a few
+        # of the flood's requests). Nothing there yet costs one recv() that finds nothing.
+        self._readable()
 
     def _end(self) -> bool:
         """No longer dormant (True the first time): its bytes go to the greenlet or nowhere."""

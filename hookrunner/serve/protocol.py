@@ -50,6 +50,29 @@ class GoResponse(gunicorn.http.wsgi.Response):
     def send_headers(self) -> None:
         if self.headers_sent:
             return
+        gunicorn_util.write(self.sock, self._head())
+        self.headers_sent = True
+
+    def write(self, arg: bytes) -> None:
+        """A whole body of a known length, written with its head in one send, as net/http's buffered writer
+        sends a small answer: one system call and one segment, where two sends cost a second call and left
+        the body to Nagle's wait for the head's acknowledgement. Anything else as gunicorn writes it."""
+        if (
+            self.headers_sent
+            or self.chunked
+            or self._omits_body
+            or not isinstance(arg, bytes)
+            or not arg
+            or len(arg) != self.response_length
+        ):
+            super().write(arg)
+            return
+        gunicorn_util.write(self.sock, self._head() + arg)
+        self.headers_sent = True
+        self.sent += len(arg)
+
+    def _head(self) -> bytes:
+        """The answer's head, as net/http writes it (and, first, what it does with an unread body)."""
         self._discard_unread_body()
         status, *added = self.default_headers()
         declared = getattr(self.req, "handler_headers", None)
@@ -73,8 +96,7 @@ class GoResponse(gunicorn.http.wsgi.Response):
         handler.sort(key=lambda header: header[0])  # stable: a repeated name keeps its values' order
         added.sort(key=lambda line: _SERVER_HEADER_ORDER.get(line[: line.index(":")], 2))
         head = status + "".join(f"{name}: {value}\r\n" for name, value in handler) + "".join(added) + "\r\n"
-        gunicorn_util.write(self.sock, head.encode("latin-1"))
-        self.headers_sent = True
+        return head.encode("latin-1")
 
     def _discard_unread_body(self) -> None:
         """What net/http does before it writes the head of an answer whose handler left some of the body

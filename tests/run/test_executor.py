@@ -13,8 +13,9 @@ from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.command import resolve_command
 from hookrunner.hooks.model import Hook, Limits
 from hookrunner.hooks.request import Request
-from hookrunner.run.executor import CommandRunner, _decode_base64
+from hookrunner.run.executor import CommandRunner
 from hookrunner.run.journal import Journal
+from hookrunner.run.prepare import _decode_base64
 from hookrunner.run.processes import identify
 from hookrunner.run.scheduler import Busy
 
@@ -194,7 +195,7 @@ def test_python_locale_coercion_does_not_leak_into_commands(tmp_path: Path) -> N
     import subprocess
 
     code = (
-        "from hookrunner.run.executor import inherited_environment; import os;"
+        "from hookrunner.run.prepare import inherited_environment; import os;"
         "print(os.environ.get('LC_CTYPE'), inherited_environment().get('LC_CTYPE'))"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k != "LANG"}
@@ -208,7 +209,7 @@ def test_python_locale_coercion_does_not_leak_into_commands(tmp_path: Path) -> N
 
 
 def test_the_inherited_environment_follows_every_change_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hookrunner.run.executor import inherited_environment
+    from hookrunner.run.prepare import inherited_environment
 
     monkeypatch.setenv("HOOKRUNNER_TEST_VAR", "one")
     first = inherited_environment()

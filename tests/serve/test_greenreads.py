@@ -220,6 +220,18 @@ def test_a_dormant_connection_starts_at_its_first_byte(pair: Pair) -> None:
     assert not dormant
 
 
+def test_a_head_already_there_at_the_accept_starts_the_greenlet_without_waiting_for_a_poll(pair: Pair) -> None:
+    server, client = pair
+    client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # sent before the server accepts, as a client does
+    gevent.sleep(0.05)
+    started: list[tuple[float, bytes, bool]] = []
+    dormant: set[DormantConnection] = set()
+    connection = DormantConnection(server, ("127.0.0.1", 1), 5.0, lambda *a: started.append(a), dormant)
+    # Read in the accept's own turn of the loop: no poll has run since (this greenlet did not yield).
+    assert started == [(connection.accepted, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", False)]
+    assert not dormant
+
+
 def test_a_dormant_connection_is_closed_at_the_read_timeout_with_the_log_line(
     pair: Pair, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -196,24 +196,39 @@ def test_no_thread_is_started_per_run_on_the_loop(tmp_path: Path) -> None:
     assert all(not name.startswith("command") for name in names), names
 
 
-def test_on_the_loop_a_background_run_has_started_its_process_when_start_returns(tmp_path: Path) -> None:
+def test_on_the_loop_a_push_is_answered_before_its_start_only_when_none_is_ahead(tmp_path: Path) -> None:
+    """STARTS_AHEAD: a push is answered at once when no run answered before it is still starting; otherwise
+    it waits for its own start, so at most one answered run has not started (no backlog of them)."""
     runner = runner_for("greenlets")
     runner.start_wait = 30  # as long as a start takes on a loaded machine
-    hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.3"),))
-    for number in range(3):
+    assert executor.STARTS_AHEAD == 1
+    hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.5"),))
+    runner.start(hook, Request(id="r0", method="POST", remote_addr="127.0.0.1:1"))
+    # Nothing was ahead: answered without waiting (the loop has not even run the start yet).
+    assert (runner.running, runner.ahead) == (0, 1)
+    for number in range(1, 4):
         runner.start(hook, Request(id=f"r{number}", method="POST", remote_addr="127.0.0.1:1"))
-        assert runner.running == number + 1  # started before the answer: no backlog of answered runs
+        # One was ahead: this one waited for its own start. Every answered run has started but one at most.
+        seen = (runner.running, runner.ahead)
+        assert runner.ahead <= 1 and runner.running + runner.ahead == number + 1, seen
+    deadline = time.monotonic() + 10
+    while runner.ahead and time.monotonic() < deadline:
+        gevent.sleep(0.01)
+    assert runner.ahead == 0 and runner.running == 4  # the one ahead started too
     missing = Hook(id="m", execute_command="/nonexistent/cmd")
-    runner.start(missing, Request(id="m1", method="POST", remote_addr="127.0.0.1:1"))  # returns: it never starts
+    for name in ("m1", "m2"):  # each returns: it never starts
+        runner.start(missing, Request(id=name, method="POST", remote_addr="127.0.0.1:1"))
+    assert runner.ahead <= 1
     runner.shutdown(grace=5)
-    assert runner.running == 0
+    assert (runner.running, runner.ahead) == (0, 0)
 
 
 def test_on_the_loop_a_background_run_whose_start_is_slow_is_answered_after_start_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A start that waits for a core longer than START_WAIT does not hold the push's answer: it is answered
-    then, and the process still starts."""
+    """A lone push does not wait for its start; one behind it waits for its own, and a start that waits
+    for a core longer than START_WAIT does not hold that push's answer longer: it is answered then, and the
+    processes still start."""
     real = executor.start_process
 
     def slow_start(*args: Any) -> Any:
@@ -222,15 +237,19 @@ def test_on_the_loop_a_background_run_whose_start_is_slow_is_answered_after_star
 
     monkeypatch.setattr(executor, "start_process", slow_start)
     runner = runner_for("greenlets")
-    assert runner.start_wait == executor.START_WAIT < 0.5
+    assert runner.start_wait == executor.START_WAIT < 0.25
     hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.3"),))
     began = time.monotonic()
     runner.start(hook, Request(id="r1", method="POST", remote_addr="127.0.0.1:1"))
-    assert time.monotonic() - began < 0.4 and runner.running == 0  # answered before the start
+    first = time.monotonic() - began
+    runner.start(hook, Request(id="r2", method="POST", remote_addr="127.0.0.1:1"))
+    second = time.monotonic() - began - first
+    assert first < executor.START_WAIT <= second < 0.4, (first, second)  # waited, but not for the start
+    assert runner.running == 0 and runner.ahead == 2  # both answered before their start
     deadline = time.monotonic() + 10
-    while runner.running == 0 and time.monotonic() < deadline:
+    while runner.running < 2 and time.monotonic() < deadline:
         gevent.sleep(0.01)
-    assert runner.running == 1  # started all the same
+    assert (runner.running, runner.ahead) == (2, 0)  # started all the same
     runner.shutdown(grace=5)
     assert runner.running == 0
 
@@ -242,6 +261,9 @@ def test_on_the_loop_a_run_waiting_under_the_global_cap_is_answered_at_once(tmp_
     started = time.monotonic()
     runner.start(hook, Request(id="r2", method="POST", remote_addr="127.0.0.1:1"))  # waits in the cap's line
     assert time.monotonic() - started < 0.3
+    deadline = time.monotonic() + 10
+    while runner.running == 0 and time.monotonic() < deadline:  # r1 was answered at once: none was ahead
+        gevent.sleep(0.01)
     assert (runner.running, runner.queued) == (1, 1)
     runner.shutdown(grace=5)
     assert (runner.running, runner.queued) == (0, 0)

@@ -478,3 +478,45 @@ def test_an_unread_body_that_breaks_or_goes_past_256_kib_closes_the_connection()
     assert _head_after(post + b"Content-Length: 3\r\n\r\nabc") == kept
     # Expect: 100-continue never answered: the body is not waited for, and the connection not kept
     assert _head_after(post + b"Expect: 100-continue\r\nContent-Length: 3\r\n\r\n", continue_pending=True) == closing
+
+
+class _Sends:
+    """A socket that keeps each write apart."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    send = sendall
+
+
+@pytest.mark.parametrize(
+    ("headers", "parts", "writes"),
+    [
+        ([("Content-Length", "5")], [b"hello"], 1),  # a whole body of a known length: with its head
+        ([("Content-Length", "5")], [b"hel", b"lo"], 3),  # in parts: the head, then each part
+        ([], [b"hello"], 3),  # no length: the head, then the body chunked, as before
+        ([("Content-Length", "0")], [], 1),  # no body: the head alone, when the answer closes
+    ],
+)
+def test_a_whole_body_of_known_length_is_written_with_its_head_in_one_send(
+    headers: list[tuple[str, str]], parts: list[bytes], writes: int
+) -> None:
+    from gunicorn.config import Config
+
+    from hookrunner.serve.protocol import GoResponse
+
+    sock = _Sends()
+    response = GoResponse(_Req((1, 1), False, None), sock, Config())
+    response.start_response("200 OK", [("Content-Type", "text/plain"), *headers])
+    for part in parts:
+        response.write(part)
+    response.close()
+    assert len(sock.writes) == writes, sock.writes
+    wire = b"".join(sock.writes)
+    head, _, body = wire.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nDate: ")
+    assert body == (b"".join(parts) if headers else b"5\r\nhello\r\n0\r\n\r\n")
+    assert response.sent == sum(map(len, parts)) and response.headers_sent
