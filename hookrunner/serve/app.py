@@ -86,6 +86,9 @@ class Parsing:
         """Drop a big parsed request (the one item of `parsed`): here by default; the gevent worker frees
         it on a parser thread, piece by piece, since freeing millions of values at once holds the GIL."""
         parsed.clear()
+        Parsing.freed()
+
+    freed = staticmethod(lambda: None)  # told once a released parse is freed (its memory is given back)
 
 
 class HookApp:

@@ -5,8 +5,7 @@ its process is started on a thread of the loop's pool and its output and exit ar
 Nothing is monkey-patched: only the worker's own sockets are gevent sockets (the listener, and through
 it every accepted connection). The `subprocess` pipes, the reloader, the hooks watcher and every lock
 and queue stay the standard library's, so a command is spawned with vfork as before. See
-docs/performance.md for what this buys and docs/operations.md for the choice between workers.
-"""
+docs/performance.md for what this buys and docs/operations.md for the choice between workers."""
 
 from __future__ import annotations
 
@@ -432,6 +431,7 @@ class GreenWorker(WebhookWorker, GeventWorker):
                 _dismantle(parsed)
             finally:
                 _resume_gc()
+                Parsing.freed()
 
         def release(parsed: list[Any]) -> None:
             parsers.spawn(dismantle, parsed)

@@ -15,6 +15,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import gunicorn.http.message
@@ -33,6 +34,7 @@ from hookrunner.run.history import Recorder
 from hookrunner.run.journal import open_journal
 from hookrunner.serve.answers import HANDLER_HEADERS_KEY, HEADER_LIST_KEY, go_request_path
 from hookrunner.serve.context import HELD_SIGNALS, Registry, ctx
+from hookrunner.serve.parseheap import PARSE_HEAP
 from hookrunner.serve.protocol import (
     ContinueOnRead,
     GoRequest,
@@ -58,6 +60,7 @@ RST_AVOIDANCE_DELAY = 0.5
 
 #: glibc's mallopt parameters (malloc.h): how much free space at the top of the heap is kept, the size from
 #: which an allocation gets pages of its own, and the most arenas malloc makes.
+M_MXFAST = 1
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
@@ -126,6 +129,17 @@ def share_one_arena() -> bool:
     return _mallopt(M_ARENA_MAX, 1)
 
 
+def merge_frees() -> bool:
+    """No fast bins in glibc's malloc (mallopt(M_MXFAST, 0)): a small block freed is merged with its free
+    neighbours at once, where a fast bin would set it aside unmerged until the next malloc_trim, or the next
+    big malloc, merges all of them in one go on whichever thread comes. The millions of small blocks of a
+    big parse (serve/parseheap.py) took 0.45 s to merge that way (25 MiB of nested XML), on the event loop's
+    thread; merged as they are freed, on the parser thread, they add 0.05 s to the freeing. Small blocks of
+    Python objects come from Python's own allocator outside a parse, and a thread's cache (tcache) still
+    keeps a few blocks of each size for reuse. False where there is no mallopt (not glibc)."""
+    return _mallopt(M_MXFAST, 0)
+
+
 def malloc_trim() -> bool:
     """glibc's malloc_trim(0): give the system every free page of the heap, not only its top (where the
     trim threshold applies). False where there is none (not glibc)."""
@@ -153,7 +167,7 @@ class HeapTrim:
     TRIM_AFTER = 64
     TRIM_QUIET = 1.0
     TRIM_EVERY = 10.0
-    FOLLOW_UPS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+    FOLLOW_UPS: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
     def __init__(
         self, trim: Callable[[], object] = malloc_trim, clock: Callable[[], float] = time.monotonic
@@ -176,6 +190,16 @@ class HeapTrim:
         elif self._follow and now >= self._follow[0]:
             self._follow = [when for when in self._follow if when > now]
             self._trim()
+
+
+class ParseTrim(HeapTrim):
+    """The heap given back after big bodies' parses (serve/parseheap.py): `tick` with how many parses have
+    ended or been freed (PARSE_HEAP.events) trims TRIM_QUIET seconds after the last one, then again
+    FOLLOW_UPS seconds later for objects freed late (a failed parse's, once its error is answered)."""
+
+    TRIM_AFTER = 1
+    TRIM_QUIET = 0.2
+    FOLLOW_UPS = (1.0, 3.0)
 
 
 class _Reloader:
@@ -398,14 +422,24 @@ class WebhookWorker(Worker):
         raise NotImplementedError
 
     _heap = HeapTrim()
+    _parse_heap = ParseTrim()
 
     def notify(self) -> None:
         super().notify()
         if ctx.ssl_context is not None:
             self._heap.tick(ctx.ssl_context.session_stats()["accept"])
+        if PARSE_HEAP.available:
+            self._parse_heap.tick(PARSE_HEAP.events)
 
     def init_process(self) -> None:
+        from hookrunner.serve.app import Parsing  # Flask: loaded by the worker, not by the master
+
         map_big_allocations()
+        # A big body's objects are made by malloc, and given back once freed (serve/parseheap.py).
+        merge_frees()
+        parse = Parsing.run
+        Parsing.run = staticmethod(lambda work: parse(partial(PARSE_HEAP.outside_pools, work)))  # type: ignore[method-assign]
+        Parsing.freed = staticmethod(PARSE_HEAP.freed)
         # Go's net/http sends no Server header; swap the response class in this process only.
         gunicorn.http.wsgi.Response = GoResponse
         # Header names and values are checked as net/http checks them: after its Host checks.
