@@ -76,10 +76,14 @@ _PRUNE_EVERY = 100
 class HistoryStore:
     """The records, safe from any thread. `path` "" keeps them in memory."""
 
-    def __init__(self, path: str = "", keep: int = 1000, max_age: float = 0.0) -> None:
+    def __init__(
+        self, path: str = "", keep: int = 1000, max_age: float = 0.0, output_limit: int = 64 << 10
+    ) -> None:
         self.path = path
         self.keep = max(keep, 0)
         self.max_age = max(max_age, 0.0)
+        #: The tail of a running run's output kept as it comes (-history-output; a run's end sets its own).
+        self.output_limit = max(output_limit, 0)
         self.boot = new_boot_id()
         self._lock = threading.Lock()
         self._since_prune = 0
@@ -104,9 +108,11 @@ class HistoryStore:
         self.prune()
 
     @classmethod
-    def for_state_dir(cls, state_dir: str, keep: int, max_age: float) -> HistoryStore:
+    def for_state_dir(
+        cls, state_dir: str, keep: int, max_age: float, output_limit: int = 64 << 10
+    ) -> HistoryStore:
         """The store in the run journal's database file (created private when it is not there yet)."""
-        return cls(create_private_file(state_dir, FILE_NAME), keep, max_age)
+        return cls(create_private_file(state_dir, FILE_NAME), keep, max_age, output_limit)
 
     def close(self) -> None:
         with self._lock:
@@ -119,6 +125,8 @@ class HistoryStore:
         kind = event.get("event")
         if kind == "run" and isinstance(event.get("key"), str):
             self._apply_run(event)
+        elif kind == "output" and isinstance(event.get("key"), str):
+            self._apply_output(event)
         elif kind == "replaying":
             self._apply_replaying(event)
         elif kind == "hooks" and isinstance(event.get("files"), list):
@@ -160,6 +168,29 @@ class HistoryStore:
                 "UPDATE history SET duration = ended_at - started_at "
                 "WHERE key = ? AND ended_at IS NOT NULL AND started_at IS NOT NULL",
                 (event["key"],),
+            )
+
+    def _apply_output(self, event: Event) -> None:
+        """A running run's output so far (run/liveoutput.py): its kept tail grows, up to `output_limit`
+        bytes; bytes the event skips (dropped in a flood) replace what was kept. A run that has ended
+        keeps what its final event said."""
+        offset, size = event.get("offset"), event.get("size")
+        if not isinstance(offset, int) or not isinstance(size, int) or not 0 <= offset <= size:
+            return
+        data = base64.b64decode(event.get("output", ""))[: size - offset]
+        with self._lock:
+            row = self._db.execute(
+                "SELECT output, output_size FROM history WHERE key = ? AND outcome IN (?, ?)",
+                (event["key"], PENDING, RUNNING),
+            ).fetchone()
+            if row is None or size <= row[1]:
+                return
+            kept, had = bytes(row[0]), row[1]
+            kept = kept + data[had - offset :] if offset <= had else data
+            kept = kept[-self.output_limit :] if self.output_limit else b""
+            self._db.execute(
+                "UPDATE history SET output = ?, output_size = ?, output_truncated = ? WHERE key = ?",
+                (kept, size, len(kept) < size, event["key"]),
             )
 
     def _apply_replaying(self, event: Event) -> None:
@@ -230,10 +261,34 @@ class HistoryStore:
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         """One run with its output (the newest of that id: an X-Request-Id may be sent twice)."""
-        query = f"SELECT {', '.join(_ONE)} FROM history WHERE id = ? ORDER BY seq DESC LIMIT 1"
+        record = self._one("id", run_id)
+        if record is not None:
+            del record["key"]
+        return record
+
+    def followed(self, run_id: str) -> dict[str, Any] | None:
+        """One run as `run` gives it, with the key its events carry (what a follower of it listens to)."""
+        return self._one("id", run_id)
+
+    def by_key(self, key: str) -> dict[str, Any] | None:
+        """The run whose events carry `key`, with its output, or None (never recorded, or pruned)."""
+        return self._one("key", key)
+
+    def _one(self, column: str, value: str) -> dict[str, Any] | None:
+        columns = ("key", *_ONE)
+        query = f"SELECT {', '.join(columns)} FROM history WHERE {column} = ? ORDER BY seq DESC LIMIT 1"
         with self._lock:
-            row = self._db.execute(query, (run_id,)).fetchone()
-        return None if row is None else _record(_ONE, row)
+            row = self._db.execute(query, (value,)).fetchone()
+        return None if row is None else _record(columns, row)
+
+    def outcomes(self, keys: list[str]) -> dict[str, str]:
+        """The outcome of each run of `keys` still in the history."""
+        if not keys:
+            return {}
+        marks = ", ".join("?" * len(keys))
+        with self._lock:
+            rows = self._db.execute(f"SELECT key, outcome FROM history WHERE key IN ({marks})", keys)
+            return {key: outcome for key, outcome in rows.fetchall()}
 
     def hooks(self) -> list[dict[str, Any]]:
         """Each loaded hook: its file, when that was loaded, and its last run (or None)."""
