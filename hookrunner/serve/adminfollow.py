@@ -114,6 +114,11 @@ class Followers:
         self.dropped = 0
         self.closed = 0
 
+    @property
+    def attached(self) -> int:
+        """How many followers the writer is writing to."""
+        return len(self._attached)
+
     # --- on the app's threads and the feed's -------------------------------------------------------
 
     def follow(self, run_id: str) -> Follower | None:
@@ -168,7 +173,7 @@ class Followers:
         """Queue the part of `data` each follower has not had yet (under the lock); encoded once for all
         followers at the same place."""
         encoded: dict[int, bytes] = {}
-        for follower in followers:
+        for follower in list(followers):  # a copy: one dropped on the way leaves the list
             if size <= follower.position:
                 continue
             start = max(offset, follower.position)
@@ -232,10 +237,19 @@ class Followers:
                 pass
 
     def stop(self) -> None:
+        """Close every follower's connection and the writer (at once when it never started)."""
         self._stopping = True
         with self._lock:
             self._woken = False
             self._wake()
+            started = self._thread is not None
+        if not started:
+            self._release()
+
+    def _release(self) -> None:
+        self._selector.close()
+        self._wake_read.close()
+        self._wake_write.close()
 
     # --- the writer thread ---------------------------------------------------------------------------
 
@@ -279,6 +293,11 @@ class Followers:
         with self._lock:
             for follower in list(self._attached):
                 self._close(follower)
+            for follower in self._new:
+                assert follower.sock is not None
+                follower.sock.close()
+            self._new.clear()
+            self._release()
 
     def _drain_wake(self) -> None:
         with self._lock:

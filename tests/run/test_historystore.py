@@ -131,3 +131,55 @@ def test_a_workers_open_runs_end_with_it() -> None:
     assert store.worker_gone(10) == 1
     assert {r["id"]: r["outcome"] for r in store.runs()} == {"a": "cancelled", "b": "ok", "c": "running"}
     assert store.run("a")["detail"] == "its worker process (10) ended before it did"  # type: ignore[index]
+
+
+def output(store: HistoryStore, key: str, offset: int, data: bytes, size: int | None = None) -> None:
+    store.apply({"event": "output", "key": key, "offset": offset, "size": offset + len(data) if size is None else size,
+                 "output": base64.b64encode(data).decode()})
+
+
+def test_a_running_runs_output_grows_up_to_the_limit() -> None:
+    store = HistoryStore(output_limit=8)
+    run(store, "k", "r", outcome="running")
+    output(store, "k", 0, b"abc")
+    record = store.run("r")
+    assert record is not None
+    assert (bytes(record["output"]), record["output_size"], record["output_truncated"]) == (b"abc", 3, False)
+    output(store, "k", 3, b"defghij")
+    output(store, "k", 3, b"defghij")  # sent twice: nothing changes
+    record = store.run("r")
+    assert record is not None
+    assert (bytes(record["output"]), record["output_size"], record["output_truncated"]) == (b"cdefghij", 10, True)
+    # Bytes dropped in a flood (the event starts past what was kept): what is kept is the event's.
+    output(store, "k", 500, b"xyz")
+    record = store.run("r")
+    assert record is not None and (bytes(record["output"]), record["output_size"]) == (b"xyz", 503)
+
+
+def test_an_ended_run_keeps_its_final_output_and_bad_output_events_are_ignored() -> None:
+    store = HistoryStore(output_limit=64)
+    run(store, "k", "r", outcome="running")
+    output(store, "k", 0, b"live")
+    store.apply({"event": "run", "key": "k", "outcome": "ok", "output": base64.b64encode(b"final").decode(),
+                 "output_size": 5, "output_truncated": False})
+    output(store, "k", 5, b"late")  # a batch sent as the run ended
+    for bad in ({"offset": "1", "size": 3}, {"offset": 5, "size": 2}, {"offset": -1, "size": 2}, {}):
+        store.apply({"event": "output", "key": "k", "output": "", **bad})
+    record = store.run("r")
+    assert record is not None and (bytes(record["output"]), record["output_size"]) == (b"final", 5)
+    output(store, "unknown", 0, b"x")
+    assert store.count() == 1
+
+
+def test_followed_by_key_and_outcomes() -> None:
+    store = HistoryStore()
+    run(store, "k1", "r", outcome="ok")
+    run(store, "k2", "r", outcome="running")  # the same id again: the newest is followed
+    followed = store.followed("r")
+    assert followed is not None and (followed["key"], followed["outcome"]) == ("k2", "running")
+    assert "key" not in (store.run("r") or {"key": 1})
+    by_key = store.by_key("k1")
+    assert by_key is not None and by_key["outcome"] == "ok"
+    assert store.followed("nope") is None and store.by_key("nope") is None
+    assert store.outcomes(["k1", "k2", "gone"]) == {"k1": "ok", "k2": "running"}
+    assert store.outcomes([]) == {}
