@@ -103,7 +103,7 @@ class Follower:
             if name == "output":
                 start = data["offset"] if start is None else start  # the first byte kept when it came
                 assert data["offset"] == start + len(out), (data["offset"], start, len(out))
-                out += base64.b64decode(data["output_base64"])
+                out += base64.b64decode(data["output_base64"]) if "output_base64" in data else data["output"].encode()
         return bytes(out)
 
 

@@ -122,7 +122,7 @@ class Stream:
             if name == "output":
                 start = data["offset"] if start is None else start  # the first byte kept when it came
                 assert data["offset"] == start + len(out), (data["offset"], start, len(out))
-                out += base64.b64decode(data["output_base64"])
+                out += base64.b64decode(data["output_base64"]) if "output_base64" in data else data["output"].encode()
         return bytes(out)
 
 
@@ -159,11 +159,15 @@ def get(port: int, path: str) -> tuple[int, bytes]:
 
 
 def test_frames_are_one_line_of_json_each() -> None:
-    assert frame("end", {"a": "x\ny"}) == b'event: end\ndata: {"a":"x\\ny"}\n\n'
+    assert frame("end", {"a": "x\ny\r\u2028é"}) == 'event: end\ndata: {"a":"x\\ny\\r\u2028é"}\n\n'.encode()
     text = output_frame(3, b"\xffok\n", 7).decode()
     assert text.startswith("event: output\ndata: ") and text.count("\n") == 3
     assert json.loads(text.split("data: ")[1]) == {"offset": 3, "size": 7, "output": "\ufffdok\n",
                                                     "output_base64": "/29rCg=="}
+    # UTF-8 (a character whole) needs no base64; one cut between two events does.
+    assert json.loads(output_frame(0, "é\n".encode(), 3).decode().split("data: ")[1]) == {
+        "offset": 0, "size": 3, "output": "é\n"}
+    assert "output_base64" in output_frame(0, "é".encode()[:1], 1).decode()
 
 
 def test_fifty_followers_get_everything_then_the_outcome_on_one_thread(listener: Listener) -> None:
@@ -205,7 +209,7 @@ def test_a_follower_that_stops_reading_is_dropped_and_the_others_get_everything(
             data = bytes([65 + n % 26]) * 16384
             listener.output("k", len(whole), data)
             whole += data
-            time.sleep(0.003)
+            time.sleep(0.025)  # 640 KiB/s: ten batches of 64 KiB a second, the most a run sends
         assert wait_until(lambda: listener.followers.dropped == 1)
         listener.end("k", bytes(whole))
         assert all(s.closed.wait(10) for s in fast)

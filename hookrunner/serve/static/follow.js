@@ -12,8 +12,10 @@
     return text.replace(/\r\n/g, "\n").replace(ESCAPES, "").replace(CONTROLS, "\ufffd");
   }
 
-  function bytesOf(base64) {
-    var raw = atob(base64);
+  // The event's exact bytes: its text (UTF-8), or, when the bytes are not UTF-8 on their own, its base64.
+  function bytesOf(event) {
+    if (event.output_base64 === undefined) { return new TextEncoder().encode(event.output); }
+    var raw = atob(event.output_base64);
     var bytes = new Uint8Array(raw.length);
     for (var i = 0; i < raw.length; i++) { bytes[i] = raw.charCodeAt(i); }
     return bytes;
@@ -43,7 +45,7 @@
       var start = Math.max(event.offset, position);
       var text = "";
       if (start > position) { text = "\n[" + (start - position) + " bytes not kept]\n"; }
-      text += decoder.decode(bytesOf(event.output_base64).subarray(start - event.offset), { stream: true });
+      text += decoder.decode(bytesOf(event).subarray(start - event.offset), { stream: true });
       position = event.size;
       var atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 8;
       pre.appendChild(document.createTextNode(clean(text)));
