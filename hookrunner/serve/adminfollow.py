@@ -33,7 +33,8 @@ from hookrunner.serve.adminconns import Handoff
 FOLLOWER = "hookrunner.follower"
 
 #: How many bytes of events may wait for one follower (they are shared with the others, not copied); past
-#: this it is dropped. A burst of a run's output is at most -history-output a tenth of a second.
+#: this it is dropped (one event, however large, always fits). A run sends at most -history-output bytes a
+#: tenth of a second.
 FOLLOW_BUFFER = 1 << 20
 
 #: The kernel's send buffer of a follower's socket: what a follower that stopped reading holds there.
@@ -185,8 +186,9 @@ class Followers:
         if event.get("event") == "output":
             offset, size = event.get("offset"), event.get("size")
             if isinstance(offset, int) and isinstance(size, int):
+                data = base64.b64decode(event.get("output", ""))
                 with self._lock:
-                    self._deliver(self._by_key.get(key, ()), offset, base64.b64decode(event["output"]), size)
+                    self._deliver(self._by_key.get(key, ()), offset, data, size)
         elif event.get("event") == "run" and event.get("outcome") in FINAL_OUTCOMES:
             self._end(key)
 
@@ -227,7 +229,7 @@ class Followers:
     def _queue(self, follower: Follower, data: bytes) -> None:
         if follower.dropped:
             return
-        if follower.queued + len(data) > self._buffer:
+        if follower.queued and follower.queued + len(data) > self._buffer:  # one event always fits
             self._drop(follower)
             return
         follower.frames.append(data)

@@ -292,3 +292,14 @@ def test_a_follower_that_goes_away_is_closed_and_others_are_answered_meanwhile(l
     listener.end("k", b"")
     assert all(s.closed.wait(10) for s in streams[100:])
     assert listener.followers.dropped == 0
+
+
+def test_one_event_larger_than_the_queue_still_goes_out() -> None:
+    """-history-output above the follower's queue: the kept output is one event, and it is sent whole."""
+    with serve(buffer=64 << 10, output_limit=1 << 20) as listener:
+        listener.start_run("k", "big")
+        listener.end("k", b"y" * (500 << 10))
+        stream = follow(listener.port, "/api/v1/runs/big/output?follow=1")
+        assert stream.closed.wait(10)
+        assert stream.output() == b"y" * (500 << 10) and stream.events()[-1][0] == "end"
+        assert listener.followers.dropped == 0
