@@ -33,8 +33,8 @@ from hookrunner.serve.adminconns import Handoff
 FOLLOWER = "hookrunner.follower"
 
 #: How many bytes of events may wait for one follower (they are shared with the others, not copied); past
-#: this it is dropped (one event, however large, always fits). A run sends at most -history-output bytes a
-#: tenth of a second.
+#: this it is dropped. The output kept when it came (up to -history-output) is allowed on top. A run sends
+#: at most -history-output bytes a tenth of a second.
 FOLLOW_BUFFER = 1 << 20
 
 #: The kernel's send buffer of a follower's socket: what a follower that stopped reading holds there.
@@ -90,6 +90,7 @@ class Follower:
         "dropped",
         "stalled",
         "mask",
+        "limit",
     )
 
     def __init__(self, key: str, position: int) -> None:
@@ -103,6 +104,7 @@ class Follower:
         self.dropped = False
         self.stalled: float | None = None  # since when bytes have waited without any being taken
         self.mask = selectors.EVENT_READ  # what the writer's selector waits for on its socket
+        self.limit = FOLLOW_BUFFER  # the most bytes that may wait for it
 
 
 class Followers:
@@ -152,7 +154,9 @@ class Followers:
             output = bytes(record["output"])
             size = int(record["output_size"])
             follower = Follower(record["key"], size)
-            self._queue(follower, output_frame(size - len(output), output, size))
+            kept = output_frame(size - len(output), output, size)
+            follower.limit = self._buffer + len(kept)  # the kept output (up to -history-output) comes on top
+            self._queue(follower, kept)
             if record["outcome"] in FINAL_OUTCOMES:
                 self._queue(follower, self._end_frame(record))
                 follower.ending = True
@@ -229,7 +233,7 @@ class Followers:
     def _queue(self, follower: Follower, data: bytes) -> None:
         if follower.dropped:
             return
-        if follower.queued and follower.queued + len(data) > self._buffer:  # one event always fits
+        if follower.queued + len(data) > follower.limit:
             self._drop(follower)
             return
         follower.frames.append(data)
