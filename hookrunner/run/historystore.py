@@ -88,6 +88,8 @@ class HistoryStore:
         self._lock = threading.Lock()
         self._since_prune = 0
         self._prune_every = max(1, min(_PRUNE_EVERY, self.keep // 10))
+        #: The output of each running run so far, by key: (its last `output_limit` bytes, its whole size).
+        self._live: dict[str, tuple[bytes, int]] = {}
         #: The hooks each worker last said it serves, by file: {file: {"hooks": [...], "loaded_at": t}}.
         self._hooks: dict[str, dict[str, Any]] = {}
         self._db = sqlite3.connect(
@@ -146,6 +148,8 @@ class HistoryStore:
         if "output" in event:
             values["output"] = base64.b64decode(event["output"])
         with self._lock:
+            if values.get("outcome") in FINAL_OUTCOMES:
+                self._live.pop(event["key"], None)
             self._db.execute(
                 "INSERT INTO history (key, boot) VALUES (?, ?) ON CONFLICT(key) DO NOTHING",
                 (event["key"], self.boot),
@@ -172,26 +176,38 @@ class HistoryStore:
 
     def _apply_output(self, event: Event) -> None:
         """A running run's output so far (run/liveoutput.py): its kept tail grows, up to `output_limit`
-        bytes; bytes the event skips (dropped in a flood) replace what was kept. A run that has ended
-        keeps what its final event said."""
+        bytes; bytes the event skips (dropped in a flood) replace what was kept. It is kept in memory, not
+        in the database (a write a tenth of a second per running run would share the journal's write lock
+        with the requests): the reads show it for a run still going, and the run's final event writes what
+        its record keeps."""
         offset, size = event.get("offset"), event.get("size")
         if not isinstance(offset, int) or not isinstance(size, int) or not 0 <= offset <= size:
             return
         data = base64.b64decode(event.get("output", ""))[: size - offset]
+        key = event["key"]
         with self._lock:
             row = self._db.execute(
-                "SELECT output, output_size FROM history WHERE key = ? AND outcome IN (?, ?)",
-                (event["key"], PENDING, RUNNING),
+                "SELECT 1 FROM history WHERE key = ? AND outcome IN (?, ?)", (key, PENDING, RUNNING)
             ).fetchone()
-            if row is None or size <= row[1]:
+            kept, had = self._live.get(key, (b"", 0))
+            if row is None or size <= had:
                 return
-            kept, had = bytes(row[0]), row[1]
             kept = kept + data[had - offset :] if offset <= had else data
-            kept = kept[-self.output_limit :] if self.output_limit else b""
-            self._db.execute(
-                "UPDATE history SET output = ?, output_size = ?, output_truncated = ? WHERE key = ?",
-                (kept, size, len(kept) < size, event["key"]),
-            )
+            self._live[key] = (kept[-self.output_limit :] if self.output_limit else b"", size)
+
+    def _overlay(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A record as read, with the output a running run has sent so far (under the lock)."""
+        key = record.pop("key")
+        live = self._live.get(key)
+        if live is not None:
+            if record["outcome"] in (PENDING, RUNNING):
+                kept, size = live
+                record.update(output_size=size, output_truncated=len(kept) < size)
+                if "output" in record:
+                    record["output"] = kept
+            else:
+                del self._live[key]  # it ended without a final event of its own (its worker died)
+        return record
 
     def _apply_replaying(self, event: Event) -> None:
         # The earlier record of a run replayed now: one of an earlier start, or of a worker that died (its
@@ -236,6 +252,13 @@ class HistoryStore:
                     f"DELETE FROM history WHERE outcome IN ({finals}) AND accepted_at < ?",
                     (*FINAL_OUTCOMES, time.time() - self.max_age),
                 ).rowcount
+            if self._live:  # runs that ended without a final event (their worker died), never read since
+                marks = ", ".join("?" * len(self._live))
+                going = self._db.execute(
+                    f"SELECT key FROM history WHERE key IN ({marks}) AND outcome IN (?, ?)",
+                    (*self._live, PENDING, RUNNING),
+                ).fetchall()
+                self._live = {key: self._live[key] for (key,) in going}
         return int(deleted)
 
     # --- reading: the API and the pages -------------------------------------------------------------
@@ -254,10 +277,11 @@ class HistoryStore:
             where.append("seq < ?")
             args.append(before)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        query = f"SELECT {', '.join(_LISTED)} FROM history {clause} ORDER BY seq DESC LIMIT ?"
+        columns = ("key", *_LISTED)
+        query = f"SELECT {', '.join(columns)} FROM history {clause} ORDER BY seq DESC LIMIT ?"
         with self._lock:
             rows = self._db.execute(query, (*args, max(limit, 0))).fetchall()
-        return [_record(_LISTED, row) for row in rows]
+            return [self._overlay(_record(columns, row)) for row in rows]
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         """One run with its output (the newest of that id: an X-Request-Id may be sent twice)."""
@@ -279,7 +303,13 @@ class HistoryStore:
         query = f"SELECT {', '.join(columns)} FROM history WHERE {column} = ? ORDER BY seq DESC LIMIT 1"
         with self._lock:
             row = self._db.execute(query, (value,)).fetchone()
-        return None if row is None else _record(columns, row)
+            if row is None:
+                return None
+            record = _record(columns, row)
+            key = record["key"]
+            record = self._overlay(record)
+        record["key"] = key
+        return record
 
     def outcomes(self, keys: list[str]) -> dict[str, str]:
         """The outcome of each run of `keys` still in the history."""

@@ -183,3 +183,39 @@ def test_followed_by_key_and_outcomes() -> None:
     assert store.followed("nope") is None and store.by_key("nope") is None
     assert store.outcomes(["k1", "k2", "gone"]) == {"k1": "ok", "k2": "running"}
     assert store.outcomes([]) == {}
+
+
+def test_a_running_runs_output_is_kept_in_memory_not_written(tmp_path: Path) -> None:
+    """With -state-dir, an output event writes nothing to the journal's file (it would share its write lock
+    with the requests); the reads show it while the run runs, and the final event writes the record."""
+    store = HistoryStore.for_state_dir(str(tmp_path), keep=10, max_age=0, output_limit=64)
+    run(store, "k", "r", outcome="running")
+    before = (tmp_path / "journal.sqlite3").stat().st_mtime_ns, os.path.getsize(tmp_path / "journal.sqlite3")
+    wal = tmp_path / "journal.sqlite3-wal"
+    wal_size = wal.stat().st_size if wal.exists() else 0
+    output(store, "k", 0, b"building\n")
+    assert (wal.stat().st_size if wal.exists() else 0) == wal_size
+    assert ((tmp_path / "journal.sqlite3").stat().st_mtime_ns, os.path.getsize(tmp_path / "journal.sqlite3")) == before
+    listed = store.runs()[0]
+    assert (listed["output_size"], "key" in listed) == (9, False)
+    record = store.run("r")
+    assert record is not None and bytes(record["output"]) == b"building\n"
+    store.apply({"event": "run", "key": "k", "outcome": "ok", "output": base64.b64encode(b"built\n").decode(),
+                 "output_size": 6})
+    record = store.run("r")
+    assert record is not None and (bytes(record["output"]), record["output_size"]) == (b"built\n", 6)
+    store.close()
+
+
+def test_the_live_output_of_a_run_whose_worker_died_is_let_go() -> None:
+    store = HistoryStore(output_limit=64)
+    store.apply({"event": "run", "key": "k", "id": "r", "hook": "h", "outcome": "running", "pid": 7})
+    output(store, "k", 0, b"half")
+    assert store.worker_gone(7) == 1
+    record = store.run("r")
+    assert record is not None and record["outcome"] == "cancelled" and record["output_size"] == 0
+    store.apply({"event": "run", "key": "k2", "id": "r2", "hook": "h", "outcome": "running", "pid": 8})
+    output(store, "k2", 0, b"more")
+    store.worker_gone(8)
+    store.prune()
+    assert store._live == {}
