@@ -303,3 +303,16 @@ def test_one_event_larger_than_the_queue_still_goes_out() -> None:
         assert stream.closed.wait(10)
         assert stream.output() == b"y" * (500 << 10) and stream.events()[-1][0] == "end"
         assert listener.followers.dropped == 0
+
+
+def test_an_idle_stream_gets_a_comment_now_and_then(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hookrunner.serve import adminfollow
+
+    monkeypatch.setattr(adminfollow, "HEARTBEAT", 0.3)
+    with serve() as listener:
+        listener.start_run("k", "quiet")
+        stream = follow(listener.port, "/api/v1/runs/quiet/output?follow=1")
+        assert wait_until(lambda: stream.received.count(b": keep-alive\n\n") >= 2, timeout=5)
+        assert [name for name, _ in stream.events()] == ["output"]  # comments are no events
+        listener.end("k", b"")
+        assert stream.closed.wait(5) and stream.events()[-1][0] == "end"
