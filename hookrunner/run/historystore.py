@@ -216,8 +216,15 @@ class HistoryStore:
             row = self._db.execute(
                 "SELECT seq, detail FROM history WHERE id = ? AND hook = ? AND (boot != ? OR pid IS NOT ?) "
                 "AND outcome IN (?, ?, ?) ORDER BY seq DESC LIMIT 1",
-                (event.get("id", ""), event.get("hook", ""), self.boot, event.get("pid"), PENDING, RUNNING,
-                 CANCELLED),
+                (
+                    event.get("id", ""),
+                    event.get("hook", ""),
+                    self.boot,
+                    event.get("pid"),
+                    PENDING,
+                    RUNNING,
+                    CANCELLED,
+                ),
             ).fetchone()
             if row is None:
                 return
