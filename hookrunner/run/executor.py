@@ -334,13 +334,14 @@ class CommandRunner:
     ) -> CommandResult:
         """Run a prepared run (from a request, or replayed from the journal) and wait for it; `run_id`: its
         journal row, where its processes are recorded; its record in the run history (`ticket`) is told
-        when it starts and ends; `on_output`, each chunk of its output as it is read."""
+        when it starts, as its output comes (the live log) and when it ends; `on_output`, each chunk of
+        its output as it is read."""
         if ticket is None:
             return self._execute(hook, spec, run_id, on_output)
         ticket.started(spec)
         result = CommandResult(b"", "error running command")
         try:
-            result = self._execute(hook, spec, run_id, on_output)
+            result = self._execute(hook, spec, run_id, _both(ticket.output, on_output))
         finally:
             ticket.finished(result.output, result.error, cancelled=self._closing)
         return result
@@ -514,6 +515,18 @@ def _admitted(ticket: Ticket | None, future: Future[CommandResult], how: str) ->
 
     if how in ("queued", "coalesced"):
         future.add_done_callback(done)  # a no-op for the ticket whose own command ran (it has ended)
+
+
+def _both(first: Listener, second: Listener | None) -> Listener:
+    """One listener that tells `first`, then `second` (when given), each chunk."""
+    if second is None:
+        return first
+
+    def both(chunk: bytes) -> None:
+        first(chunk)
+        second(chunk)
+
+    return both
 
 
 _BUSY = "busy: at its concurrency limit with a full queue (429)"

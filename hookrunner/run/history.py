@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from hookrunner.run.liveoutput import OutputBatcher
+
 #: How a run was admitted (the record's `kind`).
 IMMEDIATE = "immediate"
 QUEUED = "queued"
@@ -125,6 +127,11 @@ class Ticket:
             },
         )
 
+    def output(self, chunk: bytes) -> None:
+        """Its command printed `chunk` (told as it is read): sent to the history in batches while it runs."""
+        if not self.ended:
+            self._recorder.batcher.chunk(self.key, chunk)
+
     def finished(self, output: bytes, error: str | None, cancelled: bool = False) -> None:
         """Its command ended (or could not start); `cancelled`: the stop of hookrunner ended it."""
         fields = classify(error)
@@ -149,6 +156,8 @@ class Recorder:
     def __init__(self, sink: Callable[[Event], None], output_limit: int = 64 << 10) -> None:
         self.sink = sink
         self.output_limit = max(output_limit, 0)
+        #: A running run's output, sent while it runs (the live log); its final event still has it all.
+        self.batcher = OutputBatcher(sink, self.output_limit)
         self._lock = threading.Lock()
         self._open: dict[str, Ticket] = {}
         self._serial = itertools.count(1)
@@ -184,6 +193,7 @@ class Recorder:
                 return
             ticket.ended = True
             self._open.pop(ticket.key, None)
+        self.batcher.forget(ticket.key)
         self.sink({"event": "run", "key": ticket.key, **fields})
 
     def replaying(self, run_id: str, hook_id: str, accepted_at: float) -> None:

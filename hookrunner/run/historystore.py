@@ -76,14 +76,20 @@ _PRUNE_EVERY = 100
 class HistoryStore:
     """The records, safe from any thread. `path` "" keeps them in memory."""
 
-    def __init__(self, path: str = "", keep: int = 1000, max_age: float = 0.0) -> None:
+    def __init__(
+        self, path: str = "", keep: int = 1000, max_age: float = 0.0, output_limit: int = 64 << 10
+    ) -> None:
         self.path = path
         self.keep = max(keep, 0)
         self.max_age = max(max_age, 0.0)
+        #: The tail of a running run's output kept as it comes (-history-output; a run's end sets its own).
+        self.output_limit = max(output_limit, 0)
         self.boot = new_boot_id()
         self._lock = threading.Lock()
         self._since_prune = 0
         self._prune_every = max(1, min(_PRUNE_EVERY, self.keep // 10))
+        #: The output of each running run so far, by key: (its last `output_limit` bytes, its whole size).
+        self._live: dict[str, tuple[bytes, int]] = {}
         #: The hooks each worker last said it serves, by file: {file: {"hooks": [...], "loaded_at": t}}.
         self._hooks: dict[str, dict[str, Any]] = {}
         self._db = sqlite3.connect(
@@ -104,9 +110,11 @@ class HistoryStore:
         self.prune()
 
     @classmethod
-    def for_state_dir(cls, state_dir: str, keep: int, max_age: float) -> HistoryStore:
+    def for_state_dir(
+        cls, state_dir: str, keep: int, max_age: float, output_limit: int = 64 << 10
+    ) -> HistoryStore:
         """The store in the run journal's database file (created private when it is not there yet)."""
-        return cls(create_private_file(state_dir, FILE_NAME), keep, max_age)
+        return cls(create_private_file(state_dir, FILE_NAME), keep, max_age, output_limit)
 
     def close(self) -> None:
         with self._lock:
@@ -119,6 +127,8 @@ class HistoryStore:
         kind = event.get("event")
         if kind == "run" and isinstance(event.get("key"), str):
             self._apply_run(event)
+        elif kind == "output" and isinstance(event.get("key"), str):
+            self._apply_output(event)
         elif kind == "replaying":
             self._apply_replaying(event)
         elif kind == "hooks" and isinstance(event.get("files"), list):
@@ -138,6 +148,8 @@ class HistoryStore:
         if "output" in event:
             values["output"] = base64.b64decode(event["output"])
         with self._lock:
+            if values.get("outcome") in FINAL_OUTCOMES:
+                self._live.pop(event["key"], None)
             self._db.execute(
                 "INSERT INTO history (key, boot) VALUES (?, ?) ON CONFLICT(key) DO NOTHING",
                 (event["key"], self.boot),
@@ -162,6 +174,41 @@ class HistoryStore:
                 (event["key"],),
             )
 
+    def _apply_output(self, event: Event) -> None:
+        """A running run's output so far (run/liveoutput.py): its kept tail grows, up to `output_limit`
+        bytes; bytes the event skips (dropped in a flood) replace what was kept. It is kept in memory, not
+        in the database (a write a tenth of a second per running run would share the journal's write lock
+        with the requests): the reads show it for a run still going, and the run's final event writes what
+        its record keeps."""
+        offset, size = event.get("offset"), event.get("size")
+        if not isinstance(offset, int) or not isinstance(size, int) or not 0 <= offset <= size:
+            return
+        data = base64.b64decode(event.get("output", ""))[: size - offset]
+        key = event["key"]
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM history WHERE key = ? AND outcome IN (?, ?)", (key, PENDING, RUNNING)
+            ).fetchone()
+            kept, had = self._live.get(key, (b"", 0))
+            if row is None or size <= had:
+                return
+            kept = kept + data[had - offset :] if offset <= had else data
+            self._live[key] = (kept[-self.output_limit :] if self.output_limit else b"", size)
+
+    def _overlay(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A record as read, with the output a running run has sent so far (under the lock)."""
+        key = record.pop("key")
+        live = self._live.get(key)
+        if live is not None:
+            if record["outcome"] in (PENDING, RUNNING):
+                kept, size = live
+                record.update(output_size=size, output_truncated=len(kept) < size)
+                if "output" in record:
+                    record["output"] = kept
+            else:
+                del self._live[key]  # it ended without a final event of its own (its worker died)
+        return record
+
     def _apply_replaying(self, event: Event) -> None:
         # The earlier record of a run replayed now: one of an earlier start, or of a worker that died (its
         # replacement replays it), never the replay's own record.
@@ -169,8 +216,15 @@ class HistoryStore:
             row = self._db.execute(
                 "SELECT seq, detail FROM history WHERE id = ? AND hook = ? AND (boot != ? OR pid IS NOT ?) "
                 "AND outcome IN (?, ?, ?) ORDER BY seq DESC LIMIT 1",
-                (event.get("id", ""), event.get("hook", ""), self.boot, event.get("pid"), PENDING, RUNNING,
-                 CANCELLED),
+                (
+                    event.get("id", ""),
+                    event.get("hook", ""),
+                    self.boot,
+                    event.get("pid"),
+                    PENDING,
+                    RUNNING,
+                    CANCELLED,
+                ),
             ).fetchone()
             if row is None:
                 return
@@ -205,6 +259,13 @@ class HistoryStore:
                     f"DELETE FROM history WHERE outcome IN ({finals}) AND accepted_at < ?",
                     (*FINAL_OUTCOMES, time.time() - self.max_age),
                 ).rowcount
+            if self._live:  # runs that ended without a final event (their worker died), never read since
+                marks = ", ".join("?" * len(self._live))
+                going = self._db.execute(
+                    f"SELECT key FROM history WHERE key IN ({marks}) AND outcome IN (?, ?)",
+                    (*self._live, PENDING, RUNNING),
+                ).fetchall()
+                self._live = {key: self._live[key] for (key,) in going}
         return int(deleted)
 
     # --- reading: the API and the pages -------------------------------------------------------------
@@ -223,17 +284,48 @@ class HistoryStore:
             where.append("seq < ?")
             args.append(before)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        query = f"SELECT {', '.join(_LISTED)} FROM history {clause} ORDER BY seq DESC LIMIT ?"
+        columns = ("key", *_LISTED)
+        query = f"SELECT {', '.join(columns)} FROM history {clause} ORDER BY seq DESC LIMIT ?"
         with self._lock:
             rows = self._db.execute(query, (*args, max(limit, 0))).fetchall()
-        return [_record(_LISTED, row) for row in rows]
+            return [self._overlay(_record(columns, row)) for row in rows]
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         """One run with its output (the newest of that id: an X-Request-Id may be sent twice)."""
-        query = f"SELECT {', '.join(_ONE)} FROM history WHERE id = ? ORDER BY seq DESC LIMIT 1"
+        record = self._one("id", run_id)
+        if record is not None:
+            del record["key"]
+        return record
+
+    def followed(self, run_id: str) -> dict[str, Any] | None:
+        """One run as `run` gives it, with the key its events carry (what a follower of it listens to)."""
+        return self._one("id", run_id)
+
+    def by_key(self, key: str) -> dict[str, Any] | None:
+        """The run whose events carry `key`, with its output, or None (never recorded, or pruned)."""
+        return self._one("key", key)
+
+    def _one(self, column: str, value: str) -> dict[str, Any] | None:
+        columns = ("key", *_ONE)
+        query = f"SELECT {', '.join(columns)} FROM history WHERE {column} = ? ORDER BY seq DESC LIMIT 1"
         with self._lock:
-            row = self._db.execute(query, (run_id,)).fetchone()
-        return None if row is None else _record(_ONE, row)
+            row = self._db.execute(query, (value,)).fetchone()
+            if row is None:
+                return None
+            record = _record(columns, row)
+            key = record["key"]
+            record = self._overlay(record)
+        record["key"] = key
+        return record
+
+    def outcomes(self, keys: list[str]) -> dict[str, str]:
+        """The outcome of each run of `keys` still in the history."""
+        if not keys:
+            return {}
+        marks = ", ".join("?" * len(keys))
+        with self._lock:
+            rows = self._db.execute(f"SELECT key, outcome FROM history WHERE key IN ({marks})", keys)
+            return {key: outcome for key, outcome in rows.fetchall()}
 
     def hooks(self) -> list[dict[str, Any]]:
         """Each loaded hook: its file, when that was loaded, and its last run (or None)."""

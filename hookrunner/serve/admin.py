@@ -17,6 +17,7 @@ from hookrunner.config import Config
 from hookrunner.ops.log import log
 from hookrunner.run.history import FINAL_OUTCOMES, OUTCOMES
 from hookrunner.run.historystore import HistoryStore
+from hookrunner.serve.adminfollow import FOLLOWER, Followers
 
 #: Sent with every answer: nothing but this listener's own files, never in a frame.
 SECURITY_HEADERS = {
@@ -85,7 +86,10 @@ def _query() -> dict[str, Any]:
     return {"hook": args.get("hook", ""), "outcome": outcome, "limit": limit, "before": before}
 
 
-def create_admin_app(store: HistoryStore, token: bytes | None, config: Config) -> Flask:
+def create_admin_app(
+    store: HistoryStore, token: bytes | None, config: Config, followers: Followers | None = None
+) -> Flask:
+    """The app; with `followers`, runs can be followed (?follow=1) when it is served through FollowApp."""
     app = Flask("hookrunner.serve.admin", static_url_path="/static")
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
@@ -147,6 +151,18 @@ def create_admin_app(store: HistoryStore, token: bytes | None, config: Config) -
             abort(404, f"no run {run_id} in the history")
         return jsonify(api_record(record))
 
+    @app.get("/api/v1/runs/<path:run_id>/output")
+    def api_output(run_id: str) -> Response:
+        if followers is None or request.args.get("follow") not in ("1", "true"):
+            return api_run(f"{run_id}/output")  # as before: the run whose id ends in /output
+        follower = followers.follow(run_id)
+        if follower is None:
+            abort(404, f"no run {run_id} in the history")
+        request.environ[FOLLOWER] = follower
+        answer = Response(b"", mimetype="text/event-stream")
+        answer.headers["X-Accel-Buffering"] = "no"  # a proxy in front must not hold the events back
+        return answer
+
     # --- the pages ---
 
     @app.template_filter("when")
@@ -159,6 +175,14 @@ def create_admin_app(store: HistoryStore, token: bytes | None, config: Config) -
         if value is None:
             return ""
         return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+    @app.template_filter("size")
+    def size(value: int | None) -> str:
+        """An output's size: bytes, then KiB and MiB with one decimal."""
+        count = value or 0
+        if count < 1024:
+            return f"{count} B"
+        return f"{count / 1024:.1f} KiB" if count < 1 << 20 else f"{count / (1 << 20):.1f} MiB"
 
     @app.context_processor
     def shared() -> dict[str, Any]:
@@ -194,6 +218,11 @@ def create_admin_app(store: HistoryStore, token: bytes | None, config: Config) -
         record = store.run(run_id)
         if record is None:
             abort(404, f"no run {run_id} in the history")
-        return render_template("run.html", run=record, output=output_text(bytes(record["output"])))
+        follow = None
+        if followers is not None and record["outcome"] not in FINAL_OUTCOMES:
+            follow = url_for("api_output", run_id=run_id, follow=1)
+        return render_template(
+            "run.html", run=record, output=output_text(bytes(record["output"])), follow=follow
+        )
 
     return app

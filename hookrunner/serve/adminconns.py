@@ -101,6 +101,12 @@ class Refusals:
             log.output(f"admin listener: refused {count} requests{span} (the last: {last})")
 
 
+class Handoff(ConnectionError):  # noqa: N818 - not an error: the app took the connection
+    """Raised by the app, before it has written anything, once it has taken the request's connection
+    (environ["werkzeug.socket"]) to answer it on its own (a follower of a run, serve/adminfollow.py): the
+    pool thread then lets go of it without writing or closing it."""
+
+
 class Handler(WSGIRequestHandler):
     """werkzeug's handler on a head the selector read: its request comes from those bytes and never from
     the socket (no admin route reads a body). No log line per request, refusals counted (Refusals), and
@@ -111,7 +117,12 @@ class Handler(WSGIRequestHandler):
 
     def __init__(self, sock: socket.socket, peer: Any, server: Any, head: bytes) -> None:
         self._head = head
+        self.taken = False
         super().__init__(sock, peer, server)
+
+    def connection_dropped(self, error: BaseException, environ: Any = None) -> None:
+        if isinstance(error, Handoff):
+            self.taken = True
 
     def setup(self) -> None:
         super().setup()
@@ -284,21 +295,24 @@ class AdminConnections:
         conn.sock.close()
 
     def _answer(self, sock: socket.socket, peer: Any, head: bytes) -> None:
-        """On a pool thread: the app's answer to a whole head. Writes wait at most -read-timeout each."""
+        """On a pool thread: the app's answer to a whole head. Writes wait at most -read-timeout each. An
+        app that took the connection (Handoff) answers it on its own: it is left open."""
+        taken = False
         try:
             sock.setblocking(True)
             sock.settimeout(self._read_timeout or None)
-            self._handler(sock, peer, self._server, head)
+            taken = self._handler(sock, peer, self._server, head).taken
         except OSError:
             pass  # the client went away while its answer was written
         except Exception as exc:  # noqa: BLE001 - one line, the listener goes on
             log.output(f"admin listener: {type(exc).__name__}: {exc}")
         finally:
-            try:
-                sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
-            sock.close()
+            if not taken:
+                try:
+                    sock.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+                sock.close()
 
     def _close(self) -> None:
         for key in list(self._selector.get_map().values()):

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from hookrunner.config import Config
 from hookrunner.errors import AdminSetupError
 from hookrunner.ops.log import log
+from hookrunner.run.history import Event
 from hookrunner.run.historyfeed import FeedServer
 from hookrunner.run.historystore import HistoryStore
 
@@ -172,10 +173,12 @@ def open_store(config: Config) -> HistoryStore:
     logged) in memory; the hooks are served either way."""
     if config.state_dir:
         try:
-            return HistoryStore.for_state_dir(config.state_dir, config.state_keep, config.state_keep_age)
+            return HistoryStore.for_state_dir(
+                config.state_dir, config.state_keep, config.state_keep_age, config.history_output
+            )
         except (OSError, sqlite3.Error) as exc:
             log.output(f"run history: cannot use {config.state_dir}: {exc}; keeping the history in memory")
-    return HistoryStore("", config.state_keep, config.state_keep_age)
+    return HistoryStore("", config.state_keep, config.state_keep_age, config.history_output)
 
 
 def _serve_admin(
@@ -186,14 +189,21 @@ def _serve_admin(
         signal.signal(signum, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    from hookrunner.serve.admin import create_admin_app
+    from hookrunner.serve.admin import api_record, create_admin_app
     from hookrunner.serve.adminconns import AdminConnections
+    from hookrunner.serve.adminfollow import FollowApp, Followers
 
     store = open_store(config)
-    feed = FeedServer(feed_address, feed_key, store.apply, store.worker_gone)
+    followers = Followers(store, api_record, config.read_timeout)
+
+    def apply(event: Event) -> None:
+        store.apply(event)
+        followers.publish(event)
+
+    feed = FeedServer(feed_address, feed_key, apply, store.worker_gone)
     feed.start()
-    app = create_admin_app(store, admin.token, config)
-    server = AdminConnections(admin.sock, app, config.read_timeout)
+    app = create_admin_app(store, admin.token, config, followers)
+    server = AdminConnections(admin.sock, FollowApp(app, followers), config.read_timeout)
 
     def orphaned() -> None:
         # The master died without stopping us (kill -9): nobody would, and the port would stay taken.
@@ -209,4 +219,5 @@ def _serve_admin(
         server.serve_forever()
     finally:
         feed.close()
+        followers.stop()
         store.close()

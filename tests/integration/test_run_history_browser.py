@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from test_run_history import Admin, all_hooks, start, trigger
-from test_serving import Server, python_hook
+from test_run_history_follow import gated, outcome
+from test_serving import Server, python_hook, wait_until
 
 CHROMIUM = Path(os.environ.get("HOOKRUNNER_CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("HOOKRUNNER_CHROMEDRIVER", "/usr/bin/chromedriver"))
@@ -152,7 +153,7 @@ def test_runs_appear_live_with_their_outcomes(tmp_path: Path, servers: list[Serv
     assert "<script>document.title='pwned'</script>" in output and "<img src=x onerror=" in output
     assert driver.title == "Run hostile-1 · hookrunner"
     scripts = driver.execute_script("return [...document.scripts].map(s => s.src)")
-    assert scripts == [f"http://127.0.0.1:{admin.port}/static/refresh.js"]
+    assert scripts == [f"http://127.0.0.1:{admin.port}/static/{name}.js" for name in ("refresh", "follow")]
     assert driver.find_elements(By.CSS_SELECTOR, "pre.output img") == []
     save_screenshot(driver, tmp_path, "history-run.png")
     driver.get(f"http://127.0.0.1:{admin.port}/runs/fail-1")
@@ -176,6 +177,93 @@ def test_without_javascript_the_page_refreshes_itself(tmp_path: Path, servers: l
         assert "hi" in chrome.find_element(By.CSS_SELECTOR, "pre.output").text
     finally:
         chrome.quit()
+    assert server.stop() == 0
+
+
+#: Prints a numbered line, with HTML and a terminal colour in it, every 200 ms until the gate file exists.
+LIVE = (
+    "import os, sys, time\n"
+    "n = 0\n"
+    "while not os.path.exists(sys.argv[1]):\n"
+    "    print(f'line {n} <b>x</b> \\x1b[32mgreen\\x1b[0m', flush=True); n += 1; time.sleep(0.2)\n"
+    "print('done')"
+)
+
+
+def output_text(driver: webdriver.Chrome) -> str:
+    return str(driver.execute_script("const p = document.querySelector('pre.output'); return p ? p.textContent : '';"))
+
+
+def run_size(driver: webdriver.Chrome, rid: str) -> str:
+    return str(driver.execute_script(
+        "const c = document.querySelector(`tr.run[data-run=\"${arguments[0]}\"] td.size`);"
+        "return c ? c.textContent : '';", rid))
+
+
+def test_a_running_runs_output_grows_on_its_page(tmp_path: Path, servers: list[Server],
+                                                 driver: webdriver.Chrome) -> None:
+    """Lines a running command prints appear on its page before it ends (followed with EventSource, not by
+    reloading the page), as text; the runs table shows its output size growing; at its end the page
+    shows the outcome."""
+    gate = tmp_path / "gate"
+    server, admin = start(tmp_path, servers, [gated("live", LIVE, gate)])
+    assert trigger(server, "live", "live-1") == 200
+    assert wait_until(lambda: outcome(admin, "live-1") == "running", timeout=10)
+    driver.get(f"http://127.0.0.1:{admin.port}/runs/live-1")
+    wait_for(driver, lambda d: d.execute_script("return document.getElementById('content').dataset.refresh")
+             == "follow")
+    driver.execute_script("document.getElementById('content').dataset.first = 'yes'")
+    shown = output_text(driver)
+    first = shown.count("\n")
+    wait_for(driver, lambda d: output_text(d).count("\n") >= first + 5)
+    # Still running, never reloaded: the lines came through the EventSource.
+    assert not gate.exists() and outcome(admin, "live-1") == "running"
+    assert driver.execute_script("return document.getElementById('content').dataset.first") == "yes"
+    text = output_text(driver)
+    assert text.startswith(shown) and f"line {first + 3} <b>x</b> green\n" in text
+    assert "\x1b" not in text and driver.find_elements(By.CSS_SELECTOR, "pre.output b") == []
+    assert driver.find_element(By.ID, "live").is_displayed()
+    assert int(driver.find_element(By.ID, "output-size").text) >= len(text.encode())
+    driver.execute_script("document.querySelector('main h2').scrollIntoView()")
+    save_screenshot(driver, tmp_path, "history-live-run.png")
+
+    # The runs table: the running run's output size grows as the table refreshes itself.
+    driver.get(f"http://127.0.0.1:{admin.port}/runs")
+    wait_for(driver, lambda d: run_size(d, "live-1") != "")
+    before = run_size(driver, "live-1")
+    wait_for(driver, lambda d: run_size(d, "live-1") not in ("", before), timeout=15)
+    assert outcome(admin, "live-1") == "running"
+    save_screenshot(driver, tmp_path, "history-live-runs.png")
+
+    # Its end: the page shows the last line and the outcome, with no reload by the test.
+    driver.get(f"http://127.0.0.1:{admin.port}/runs/live-1")
+    wait_for(driver, lambda d: d.execute_script("return document.getElementById('content').dataset.refresh")
+             == "follow")
+    gate.touch()
+    # Read in one script each: the page replaces its content once the run has ended.
+    badge = "const b = document.querySelector('h1 .badge'); return b ? b.textContent.trim() : '';"
+    wait_for(driver, lambda d: "done" in output_text(d) and d.execute_script(badge) == "ok")
+    assert output_text(driver).endswith("done\n")
+    assert severe_console_messages(driver) == []
+    assert server.stop() == 0
+
+
+def test_without_javascript_a_running_runs_page_refreshes_itself(tmp_path: Path, servers: list[Server],
+                                                                  no_selenium_manager: None) -> None:
+    gate = tmp_path / "gate"
+    server, admin = start(tmp_path, servers, [gated("live", LIVE, gate)])
+    assert trigger(server, "live", "live-1") == 200
+    assert wait_until(lambda: outcome(admin, "live-1") == "running", timeout=10)
+    chrome = browser(tmp_path, javascript=False)
+    try:
+        chrome.get(f"http://127.0.0.1:{admin.port}/runs/live-1")
+        lines = output_text(chrome).count("\n")
+        wait_for(chrome, lambda d: output_text(d).count("\n") >= lines + 10, timeout=20)  # the meta refresh
+        assert chrome.execute_script("return document.documentElement.dataset.refresh") is None
+        assert chrome.find_elements(By.CSS_SELECTOR, "pre.output b") == []
+    finally:
+        chrome.quit()
+        gate.touch()
     assert server.stop() == 0
 
 

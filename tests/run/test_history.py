@@ -203,3 +203,32 @@ def _wait_for(check: Any, timeout: float = 20.0) -> bool:
             return True
         time.sleep(0.02)
     return bool(check())
+
+
+def test_a_running_runs_output_reaches_the_history_before_it_ends(tmp_path: Any) -> None:
+    """The ticket hears the chunks as they are read (beside the caller's on_output), and they reach the
+    store while the command still runs; its final event keeps the tail as before."""
+    sink = Collected()
+    run = CommandRunner(command_timeout=0.0)
+    run.history = Recorder(sink, output_limit=16)
+    gate = tmp_path / "gate"
+    code = f"import os, time\nprint('first line', flush=True)\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.01)\nprint('last line')"
+    heard: list[bytes] = []
+    future = run.submit(python_hook("live", code), req("l1"), on_output=heard.append)
+
+    def kept() -> bytes:
+        record = sink.store.run("l1")
+        return b"" if record is None else bytes(record["output"])
+
+    deadline = time.monotonic() + 10
+    while kept() != b"first line\n" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    record = sink.store.run("l1")
+    assert record is not None and record["outcome"] == "running" and bytes(record["output"]) == b"first line\n"
+    gate.touch()
+    wait(future)
+    record = sink.store.run("l1")
+    assert record is not None and record["outcome"] == "ok"
+    assert (bytes(record["output"]), record["output_size"]) == (b" line\nlast line\n", 21)
+    assert b"".join(heard) == b"first line\nlast line\n"
+    assert any(e["event"] == "output" for e in sink.events)

@@ -131,3 +131,91 @@ def test_a_workers_open_runs_end_with_it() -> None:
     assert store.worker_gone(10) == 1
     assert {r["id"]: r["outcome"] for r in store.runs()} == {"a": "cancelled", "b": "ok", "c": "running"}
     assert store.run("a")["detail"] == "its worker process (10) ended before it did"  # type: ignore[index]
+
+
+def output(store: HistoryStore, key: str, offset: int, data: bytes, size: int | None = None) -> None:
+    store.apply({"event": "output", "key": key, "offset": offset, "size": offset + len(data) if size is None else size,
+                 "output": base64.b64encode(data).decode()})
+
+
+def test_a_running_runs_output_grows_up_to_the_limit() -> None:
+    store = HistoryStore(output_limit=8)
+    run(store, "k", "r", outcome="running")
+    output(store, "k", 0, b"abc")
+    record = store.run("r")
+    assert record is not None
+    assert (bytes(record["output"]), record["output_size"], record["output_truncated"]) == (b"abc", 3, False)
+    output(store, "k", 3, b"defghij")
+    output(store, "k", 3, b"defghij")  # sent twice: nothing changes
+    record = store.run("r")
+    assert record is not None
+    assert (bytes(record["output"]), record["output_size"], record["output_truncated"]) == (b"cdefghij", 10, True)
+    # Bytes dropped in a flood (the event starts past what was kept): what is kept is the event's.
+    output(store, "k", 500, b"xyz")
+    record = store.run("r")
+    assert record is not None and (bytes(record["output"]), record["output_size"]) == (b"xyz", 503)
+
+
+def test_an_ended_run_keeps_its_final_output_and_bad_output_events_are_ignored() -> None:
+    store = HistoryStore(output_limit=64)
+    run(store, "k", "r", outcome="running")
+    output(store, "k", 0, b"live")
+    store.apply({"event": "run", "key": "k", "outcome": "ok", "output": base64.b64encode(b"final").decode(),
+                 "output_size": 5, "output_truncated": False})
+    output(store, "k", 5, b"late")  # a batch sent as the run ended
+    for bad in ({"offset": "1", "size": 3}, {"offset": 5, "size": 2}, {"offset": -1, "size": 2}, {}):
+        store.apply({"event": "output", "key": "k", "output": "", **bad})
+    record = store.run("r")
+    assert record is not None and (bytes(record["output"]), record["output_size"]) == (b"final", 5)
+    output(store, "unknown", 0, b"x")
+    assert store.count() == 1
+
+
+def test_followed_by_key_and_outcomes() -> None:
+    store = HistoryStore()
+    run(store, "k1", "r", outcome="ok")
+    run(store, "k2", "r", outcome="running")  # the same id again: the newest is followed
+    followed = store.followed("r")
+    assert followed is not None and (followed["key"], followed["outcome"]) == ("k2", "running")
+    assert "key" not in (store.run("r") or {"key": 1})
+    by_key = store.by_key("k1")
+    assert by_key is not None and by_key["outcome"] == "ok"
+    assert store.followed("nope") is None and store.by_key("nope") is None
+    assert store.outcomes(["k1", "k2", "gone"]) == {"k1": "ok", "k2": "running"}
+    assert store.outcomes([]) == {}
+
+
+def test_a_running_runs_output_is_kept_in_memory_not_written(tmp_path: Path) -> None:
+    """With -state-dir, an output event writes nothing to the journal's file (it would share its write lock
+    with the requests); the reads show it while the run runs, and the final event writes the record."""
+    store = HistoryStore.for_state_dir(str(tmp_path), keep=10, max_age=0, output_limit=64)
+    run(store, "k", "r", outcome="running")
+    before = (tmp_path / "journal.sqlite3").stat().st_mtime_ns, os.path.getsize(tmp_path / "journal.sqlite3")
+    wal = tmp_path / "journal.sqlite3-wal"
+    wal_size = wal.stat().st_size if wal.exists() else 0
+    output(store, "k", 0, b"building\n")
+    assert (wal.stat().st_size if wal.exists() else 0) == wal_size
+    assert ((tmp_path / "journal.sqlite3").stat().st_mtime_ns, os.path.getsize(tmp_path / "journal.sqlite3")) == before
+    listed = store.runs()[0]
+    assert (listed["output_size"], "key" in listed) == (9, False)
+    record = store.run("r")
+    assert record is not None and bytes(record["output"]) == b"building\n"
+    store.apply({"event": "run", "key": "k", "outcome": "ok", "output": base64.b64encode(b"built\n").decode(),
+                 "output_size": 6})
+    record = store.run("r")
+    assert record is not None and (bytes(record["output"]), record["output_size"]) == (b"built\n", 6)
+    store.close()
+
+
+def test_the_live_output_of_a_run_whose_worker_died_is_let_go() -> None:
+    store = HistoryStore(output_limit=64)
+    store.apply({"event": "run", "key": "k", "id": "r", "hook": "h", "outcome": "running", "pid": 7})
+    output(store, "k", 0, b"half")
+    assert store.worker_gone(7) == 1
+    record = store.run("r")
+    assert record is not None and record["outcome"] == "cancelled" and record["output_size"] == 0
+    store.apply({"event": "run", "key": "k2", "id": "r2", "hook": "h", "outcome": "running", "pid": 8})
+    output(store, "k2", 0, b"more")
+    store.worker_gone(8)
+    store.prune()
+    assert store._live == {}

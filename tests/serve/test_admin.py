@@ -105,7 +105,7 @@ def test_pages_show_hooks_strips_runs_and_filters(client: FlaskClient) -> None:
 
 def test_hostile_output_is_escaped_on_the_run_page(client: FlaskClient) -> None:
     page = client.get("/runs/run6").get_data(as_text=True)
-    output = page[page.index('<pre class="output">'):page.index("</pre>")]
+    output = page[page.index('<pre class="output" id="output">'):page.index("</pre>")]
     assert "<script>" not in page and "<img" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;&amp;amp;" in output
     assert "\x1b" not in page and "\x00" not in page and "\x07" not in page
