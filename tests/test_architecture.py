@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hookrunner.flags",),
     ("hookrunner.serve",),
     ("hookrunner.run",),
+    ("hookrunner.state",),
     ("hookrunner.hooks",),
     ("hookrunner.ops",),
     ("hookrunner.golang",),

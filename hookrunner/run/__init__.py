@@ -1,1 +1,1 @@
-"""Running commands: the executor, its limits and the run journal."""
+"""Running commands: preparing, starting and waiting for them, their limits and their history's events."""

@@ -23,12 +23,12 @@ from hookrunner.hooks.request import Request
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.history import Recorder, Ticket
-from hookrunner.run.journal import Journal, JournalUnwritable, LeftOver, RunSpec
 from hookrunner.run.prepare import coalesce_group, inherited_environment, prepare
 from hookrunner.run.processes import ProcessTracker, end_previous_attempt
 from hookrunner.run.scheduler import Busy, Scheduler
 from hookrunner.run.spawn import Exit, Listener, Output, StartSignal, Waits, start_process
 from hookrunner.run.tempfiles import create_temp, write_temp
+from hookrunner.state.journal import Journal, JournalUnwritable, LeftOver, RunSpec
 
 #: How long a background run's answer waits for its process to start, at most (the gevent worker). Under
 #: load the start waits for a core (the child's exec) behind everything else on the machine; past this the

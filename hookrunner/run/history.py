@@ -1,6 +1,6 @@
 """The run history, as a worker sees it: one record per run (immediate, queued, coalesced, replayed or
 refused), told as events (accepted, started, ended) to a sink; the admin listener's store puts the events
-together (run/historystore.py). docs/history.md says what a record holds.
+together (state/historystore.py). docs/history.md says what a record holds.
 
 A record never holds the values of a run's environment variables or the contents of its files, only their
 names and sizes; argv is kept as the command saw it. Nothing here knows HTTP.
@@ -18,24 +18,19 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from hookrunner.run.liveoutput import OutputBatcher
-
-#: How a run was admitted (the record's `kind`).
-IMMEDIATE = "immediate"
-QUEUED = "queued"
-COALESCED = "coalesced"
-REPLAYED = "replayed"
-REFUSED = "refused"
-KINDS = (IMMEDIATE, QUEUED, COALESCED, REPLAYED, REFUSED)
-
-#: How a run ended (the record's `outcome`); `pending` and `running` while it has not.
-PENDING = "pending"
-RUNNING = "running"
-OK = "ok"
-FAILED = "failed"
-TIMED_OUT = "timed_out"
-CANCELLED = "cancelled"
-OUTCOMES = (PENDING, RUNNING, OK, FAILED, TIMED_OUT, REFUSED, REPLAYED, CANCELLED)
-FINAL_OUTCOMES = (OK, FAILED, TIMED_OUT, REFUSED, REPLAYED, CANCELLED)
+from hookrunner.state.model import (
+    CANCELLED,
+    COALESCED,
+    FAILED,
+    IMMEDIATE,
+    OK,
+    PENDING,
+    QUEUED,
+    REFUSED,
+    RUNNING,
+    TIMED_OUT,
+    Event,
+)
 
 #: The scheduler's words for how it admitted a run, as record kinds.
 _KIND_OF = {"started": IMMEDIATE, "queued": QUEUED, "coalesced": COALESCED}
@@ -43,7 +38,6 @@ _KIND_OF = {"started": IMMEDIATE, "queued": QUEUED, "coalesced": COALESCED}
 _EXIT = re.compile(r"exit status (-?[0-9]+)")
 _SIGNAL = re.compile(r"signal: (.+?)\)?$")
 
-Event = dict[str, Any]
 
 
 class Spec(Protocol):

@@ -14,8 +14,8 @@ from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 from hookrunner.ops.log import log
-from hookrunner.run.history import Event
 from hookrunner.run.processes import identify
+from hookrunner.state.model import Event
 
 #: Events waiting to be sent from one worker; past this they are dropped.
 QUEUE_SIZE = 10000

@@ -12,7 +12,7 @@ from hookrunner.hooks.model import Hook
 from hookrunner.hooks.params import argument_value
 from hookrunner.hooks.request import Request
 from hookrunner.ops.log import log
-from hookrunner.run.journal import RunSpec
+from hookrunner.state.journal import RunSpec
 
 # The last environment inherited_environment() built, beside the bytes of os.environ it was built from.
 _inherited: tuple[dict[bytes, bytes], dict[str, str]] | None = None

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from hookrunner.state.model import ProcessId
+
 PR_SET_CHILD_SUBREAPER = 36
 
 #: How often the processes of running runs are looked for while any run is running, and how often
@@ -27,14 +29,6 @@ POLL_SECONDS = 0.025
 ORPHAN_POLL_SECONDS = 1.0
 #: How many pids of finished runs' processes are remembered (see ProcessTracker._retired).
 RETIRED_KEPT = 4096
-
-
-@dataclass(frozen=True)
-class ProcessId:
-    """A process, by its pid and its start time (clock ticks after boot, /proc/<pid>/stat field 22)."""
-
-    pid: int
-    start: int
 
 
 @dataclass(frozen=True)

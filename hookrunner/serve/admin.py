@@ -15,9 +15,9 @@ from werkzeug.exceptions import HTTPException
 
 from hookrunner.config import Config
 from hookrunner.ops.log import log
-from hookrunner.run.history import FINAL_OUTCOMES, OUTCOMES
-from hookrunner.run.historystore import HistoryStore
 from hookrunner.serve.adminfollow import FOLLOWER, Followers
+from hookrunner.state.historystore import HistoryStore
+from hookrunner.state.model import FINAL_OUTCOMES, OUTCOMES
 
 #: Sent with every answer: nothing but this listener's own files, never in a frame.
 SECURITY_HEADERS = {

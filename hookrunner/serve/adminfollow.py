@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable
 from email.utils import formatdate
 from typing import Any
 
-from hookrunner.run.history import FINAL_OUTCOMES, Event
-from hookrunner.run.historystore import HistoryStore
 from hookrunner.serve.adminconns import Handoff
+from hookrunner.state.historystore import HistoryStore
+from hookrunner.state.model import FINAL_OUTCOMES, Event
 
 #: The environ key under which the admin app leaves a follower for FollowApp to connect.
 FOLLOWER = "hookrunner.follower"

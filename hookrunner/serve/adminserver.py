@@ -3,7 +3,7 @@ the loopback guard and the token (-admin-token-file, -admin-insecure); and its p
 
 The admin listener runs in a process of its own, forked by the master before gunicorn starts its workers:
 the workers (one, or -workers N) send it their run events over a private Unix socket (run/historyfeed.py),
-and it keeps the one run history they all write to (run/historystore.py), in memory or, with -state-dir, in
+and it keeps the one run history they all write to (state/historystore.py), in memory or, with -state-dir, in
 the journal's database. So its view is the same whatever the number of workers, and a worker replaced by
 the master loses nothing already sent. docs/history.md says why.
 """
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from hookrunner.config import Config
 from hookrunner.errors import AdminSetupError
 from hookrunner.ops.log import log
-from hookrunner.run.history import Event
 from hookrunner.run.historyfeed import FeedServer
-from hookrunner.run.historystore import HistoryStore
+from hookrunner.state.historystore import HistoryStore
+from hookrunner.state.model import Event
 
 
 @dataclass

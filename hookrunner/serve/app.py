@@ -37,7 +37,6 @@ from hookrunner.hooks.request import Request, canonical_header_key
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.executor import CommandRunner
-from hookrunner.run.journal import JournalUnwritable, accepts_runs
 from hookrunner.run.scheduler import Busy
 from hookrunner.serve.answers import (
     BODY_FAILED_KEY,
@@ -64,6 +63,7 @@ from hookrunner.serve.proxies import forwarded_client, parse_networks
 from hookrunner.serve.ratelimit import TokenBuckets, too_fast
 from hookrunner.serve.routes import method_allowed, routed_hook
 from hookrunner.serve.stream import StreamedAnswer, StreamPipe, stream_answer
+from hookrunner.state.journal import JournalUnwritable, accepts_runs
 
 #: Bodies at least this long are parsed by `Parsing.run` (off the gevent worker's event loop); shorter ones
 #: take less time to parse than to hand to a thread.

@@ -25,7 +25,6 @@ from gunicorn.workers.workertmp import WorkerTmp
 from hookrunner.config import Config
 from hookrunner.errors import AdminSetupError
 from hookrunner.ops.log import json_line, log, rfc3339_now
-from hookrunner.run.journal import JournalError, check_journal, lock_state_dir, new_boot_id
 from hookrunner.serve.context import (
     HELD_SIGNALS,
     MAX_HEAD_BYTES,
@@ -35,6 +34,7 @@ from hookrunner.serve.context import (
     builds_in_master,
     ctx,
 )
+from hookrunner.state.journal import JournalError, check_journal, lock_state_dir, new_boot_id
 
 if TYPE_CHECKING:
     import ssl

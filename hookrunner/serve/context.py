@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from hookrunner.config import Config
 from hookrunner.hooks.model import Hook
 from hookrunner.run.history import Recorder
-from hookrunner.run.journal import Journal, LeftOver
+from hookrunner.state.journal import Journal, LeftOver
 
 if TYPE_CHECKING:
     import ssl

@@ -31,7 +31,6 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from hookrunner.golang.status import status_line
 from hookrunner.ops.log import log
 from hookrunner.run.history import Recorder
-from hookrunner.run.journal import open_journal
 from hookrunner.serve.answers import HANDLER_HEADERS_KEY, HEADER_LIST_KEY, go_request_path
 from hookrunner.serve.context import HELD_SIGNALS, Registry, ctx
 from hookrunner.serve.parseheap import PARSE_HEAP
@@ -47,6 +46,7 @@ from hookrunner.serve.protocol import (
     http_date,
 )
 from hookrunner.serve.tls import PLAIN_HTTP_ANSWER, go_addr, go_handshake_error
+from hookrunner.state.journal import open_journal
 
 if TYPE_CHECKING:
     # Loaded only with the flag that needs them (docs/performance.md, memory at rest): watchdog with

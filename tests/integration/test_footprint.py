@@ -52,7 +52,7 @@ OPTIONAL = {
     "hookrunner.hooks.template": "-template",
     "sqlite3": "-state-dir",
     "hookrunner.serve.admin": "-admin-addr",
-    "hookrunner.run.historystore": "-admin-addr",
+    "hookrunner.state.historystore": "-admin-addr",
     "multiprocessing.connection": "-admin-addr",
 }
 
@@ -171,7 +171,7 @@ def test_the_version_is_the_installed_one(tmp_path: Path) -> None:
             PLAIN_HOOK,
             ["-admin-addr", "127.0.0.1:{port}"],
             # the run history is kept in SQLite (in memory without -state-dir)
-            {"hookrunner.serve.admin", "hookrunner.run.historystore", "multiprocessing.connection", "sqlite3"},
+            {"hookrunner.serve.admin", "hookrunner.state.historystore", "multiprocessing.connection", "sqlite3"},
         ),
     ],
     ids=["hotreload", "metrics", "regex", "template", "state-dir", "admin-addr"],

@@ -14,10 +14,10 @@ from hookrunner.hooks.command import resolve_command
 from hookrunner.hooks.model import Hook, Limits
 from hookrunner.hooks.request import Request
 from hookrunner.run.executor import CommandRunner
-from hookrunner.run.journal import Journal
 from hookrunner.run.prepare import _decode_base64
 from hookrunner.run.processes import identify
 from hookrunner.run.scheduler import Busy
+from hookrunner.state.journal import Journal
 
 
 def request(rid: str = "abc123", **payload: object) -> Request:

@@ -14,8 +14,8 @@ from flask.testing import FlaskClient
 
 from hookrunner.config import Config
 from hookrunner.run.history import output_fields
-from hookrunner.run.historystore import HistoryStore
 from hookrunner.serve.admin import create_admin_app, output_text
+from hookrunner.state.historystore import HistoryStore
 
 HOSTILE = (
     b"<script>alert(1)</script><img src=x onerror=alert(2)>&amp;\n"

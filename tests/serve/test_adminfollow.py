@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from hookrunner.config import Config
-from hookrunner.run.historystore import HistoryStore
 from hookrunner.serve.admin import api_record, create_admin_app
 from hookrunner.serve.adminconns import AdminConnections
 from hookrunner.serve.adminfollow import FollowApp, Followers, frame, output_frame
+from hookrunner.state.historystore import HistoryStore
 
 
 def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> bool:

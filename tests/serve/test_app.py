@@ -14,9 +14,9 @@ from hookrunner.config import Config, Header
 from hookrunner.hooks.load import HookRegistry
 from hookrunner.hooks.request import Request
 from hookrunner.run.executor import CommandRunner
-from hookrunner.run.journal import JournalUnwritable
 from hookrunner.serve.answers import MSG_UNJOURNALED
 from hookrunner.serve.app import HookApp, create_app
+from hookrunner.state.journal import JournalUnwritable
 
 HOOKS = [
     {"id": "async", "execute-command": "/bin/true", "response-message": "queued"},

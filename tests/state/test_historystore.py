@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner.run.historystore import HistoryStore
+from hookrunner.state.historystore import HistoryStore
 
 
 def run(store: HistoryStore, key: str, rid: str, hook: str = "h", outcome: str = "ok", **extra: object) -> None:

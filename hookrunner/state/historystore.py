@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Any
 
-from hookrunner.run.history import CANCELLED, FINAL_OUTCOMES, PENDING, REPLAYED, RUNNING, Event
-from hookrunner.run.journal import FILE_NAME, create_private_file, new_boot_id
+from hookrunner.state.journal import FILE_NAME, create_private_file, new_boot_id
+from hookrunner.state.model import CANCELLED, FINAL_OUTCOMES, PENDING, REPLAYED, RUNNING, Event
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS history (

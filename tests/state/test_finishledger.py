@@ -1,4 +1,4 @@
-"""The finish ledger (hookrunner/run/finishledger.py): made private and at its full size, so that recording a
+"""The finish ledger (hookrunner/state/finishledger.py): made private and at its full size, so that recording a
 finish on a full disk takes no new space; ids added, read and freed, shared by the workers of a start."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import signal
 import stat
 from pathlib import Path
 
-from hookrunner.run.finishledger import NAME, SIZE, SLOTS, FinishLedger
+from hookrunner.state.finishledger import NAME, SIZE, SLOTS, FinishLedger
 
 
 def test_it_is_made_private_at_its_full_size_and_an_existing_one_is_kept(tmp_path: Path) -> None:

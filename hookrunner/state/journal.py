@@ -4,7 +4,7 @@ process left accepted or running are run again by the next one (docs/operations.
 A SQLite file (standard library) in WAL mode with synchronous=FULL: a run's row is on disk before its
 request is answered. Each row is a run ready to start again: hook id, request id, argv, the hook's
 environment variables, the contents of its files and its working directory. Rows go accepted -> running ->
-finished; a running row also names its attempt's processes (pid and start time, run/processes.py), so that
+finished; a running row also names its attempt's processes (pid and start time: state/model.py), so that
 a replay can end what is still running of it first; a finished row keeps only its ids, times and exit status
 (the spec, which holds the payload's secrets, is dropped and its bytes zeroed), and finished rows are pruned
 to the newest `keep`.
@@ -14,20 +14,20 @@ start, and the worker's pid). A worker claims, once at start and atomically, the
 is gone (another boot, or a worker pid no longer alive); so with -workers N every left-over run is claimed
 by exactly one worker.
 
-A journal that cannot be opened (corrupt file, read-only folder, a schema written by a newer hookrunner) is
-logged once, counted, and not used: hooks keep being served, without journaling. Once open, a journal that
+A journal that cannot be opened (corrupt file, read-only folder, a schema written by a newer hookrunner)
+stops the start (check_journal, in the master) or the worker (open_journal): -state-dir means that a 200 is
+journaled. Once open, a journal that
 cannot write (a full or failing disk) stays on and tells the truth: a run it cannot record raises
 JournalUnwritable (the request is refused, never answered as if it were kept), a finish it cannot write is
 kept in memory and written before anything else once writes succeed again, tried again every `retry_every`
 seconds meanwhile, and `writable()` says whether writes succeed (readiness). A kept finish is also written
-at once to the finish ledger (run/finishledger.py), which needs no new space, so that a process that dies
+at once to the finish ledger (state/finishledger.py), which needs no new space, so that a process that dies
 before the disk has room leaves it for the next claim, which does not replay it. Nothing here knows HTTP, and
 nothing it stores is ever logged: the rows hold secrets.
 """
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import json
 import os
@@ -39,8 +39,8 @@ from typing import TypeVar
 
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
-from hookrunner.run.finishledger import FinishLedger
-from hookrunner.run.processes import ProcessId
+from hookrunner.state.finishledger import FinishLedger
+from hookrunner.state.model import ProcessId, RunSpec
 
 #: The schema this hookrunner writes; a journal with a higher PRAGMA user_version is refused, one with a
 #: lower one is brought up to it. 2: each run's `processes`, the attempt's leader first.
@@ -95,46 +95,6 @@ class JournalUnwritable(Exception):
     def __init__(self, path: str) -> None:
         super().__init__(f"run journal {path} cannot be written")
         self.retry_after = RETRY_AFTER
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything needed to start a run again: what the executor prepared from the request."""
-
-    hook_id: str
-    request_id: str
-    command: str  # the hook's execute-command, resolved again when run
-    argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]  # the hook's variables, over the serving process's environment
-    files: tuple[tuple[str, bytes], ...]  # (variable name, contents) of pass-file-to-command
-    cwd: str
-
-    def to_json(self) -> str:
-        # ensure_ascii: argv and values may carry lone surrogates (undecodable bytes), which SQLite's
-        # UTF-8 text cannot hold but JSON escapes can.
-        return json.dumps(
-            {
-                "command": self.command,
-                "argv": list(self.argv),
-                "env": [list(pair) for pair in self.env],
-                "files": [[name, base64.b64encode(data).decode("ascii")] for name, data in self.files],
-                "cwd": self.cwd,
-            },
-            ensure_ascii=True,
-        )
-
-    @classmethod
-    def from_json(cls, hook_id: str, request_id: str, text: str) -> RunSpec:
-        data = json.loads(text)
-        return cls(
-            hook_id=hook_id,
-            request_id=request_id,
-            command=str(data["command"]),
-            argv=tuple(str(a) for a in data["argv"]),
-            env=tuple((str(k), str(v)) for k, v in data["env"]),
-            files=tuple((str(n), base64.b64decode(d)) for n, d in data["files"]),
-            cwd=str(data["cwd"]),
-        )
 
 
 @dataclass(frozen=True)

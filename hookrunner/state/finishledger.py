@@ -1,6 +1,6 @@
 """The finish ledger (`-state-dir`): the ids of runs that finished while the run journal could not write (a
 full or failing disk), written in place into a file given its full size beforehand, so that recording them
-takes no new space; the next claim of left-over runs (run/journal.py) reads them and does not replay them.
+takes no new space; the next claim of left-over runs (state/journal.py) reads them and does not replay them.
 
 The file is a fixed array of little-endian 64-bit slots; 0 is a free slot. A journal row id is never reused
 (AUTOINCREMENT), so an id left in the ledger is always true: that run did finish. Every worker of a start

@@ -1,4 +1,4 @@
-"""The run journal on its own (hookrunner/run/journal.py): durable rows, claiming a dead process's runs once,
+"""The run journal on its own (hookrunner/state/journal.py): durable rows, claiming a dead process's runs once,
 pruning, private files, a journal that cannot be opened (corrupt file, newer schema, read-only folder)
 turning into a logged, counted fallback instead of an exception, and a full or failing disk refusing runs
 while finishes are kept until they can be written."""
@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from hookrunner.ops import metrics
-from hookrunner.run.finishledger import NAME as LEDGER
-from hookrunner.run.finishledger import FinishLedger
-from hookrunner.run.journal import (
+from hookrunner.run.processes import ProcessId
+from hookrunner.state.finishledger import NAME as LEDGER
+from hookrunner.state.finishledger import FinishLedger
+from hookrunner.state.journal import (
     FILE_NAME,
     RETRY_AFTER,
     SCHEMA_VERSION,
@@ -36,7 +37,6 @@ from hookrunner.run.journal import (
     lock_state_dir,
     open_journal,
 )
-from hookrunner.run.processes import ProcessId
 
 SECRET = "s3cr3t-token-value"
 
@@ -99,7 +99,7 @@ def test_a_recorded_run_comes_back_exactly_to_the_next_boot(tmp_path: Path) -> N
 
 CLAIM_CHILD = """
 import sys
-from hookrunner.run.journal import Journal
+from hookrunner.state.journal import Journal
 print(len(Journal(sys.argv[1], sys.argv[2]).claim_left_overs()))
 """
 
@@ -252,7 +252,7 @@ READ_ONLY_CHILD = """
 import os
 import sqlite3  # loaded before the privileges go, as hookrunner does with -setuid (cli.load_server_code)
 import sys
-from hookrunner.run.journal import Journal, JournalError
+from hookrunner.state.journal import Journal, JournalError
 if os.geteuid() == 0:  # root writes anywhere: the check runs as an unprivileged user
     os.setgroups([])
     os.setgid(65534)
@@ -502,7 +502,7 @@ def test_a_dead_workers_runs_are_claimed_even_when_its_pid_is_this_ones_but_neve
 # not go to the database, and the process that kept it in memory is gone.
 DIES_WHILE_FULL_CHILD = """
 import os, resource, signal, sys
-from hookrunner.run.journal import Journal, RunSpec
+from hookrunner.state.journal import Journal, RunSpec
 from hookrunner.run.processes import ProcessId
 state = sys.argv[1]
 journal = Journal(state, "boot-1", retry_every=3600)
@@ -540,7 +540,7 @@ def test_a_run_that_finished_while_the_disk_was_full_is_not_replayed_after_a_kil
 # as a request is answered only then. The big file content makes each write hundreds of pages long.
 MID_WRITE_CHILD = """
 import os, signal, sys, threading, time
-from hookrunner.run.journal import Journal, RunSpec
+from hookrunner.state.journal import Journal, RunSpec
 state, boot, first, kill_after = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 journal = Journal(state, boot)
 wal = os.path.join(state, "journal.sqlite3-wal")

@@ -1,0 +1,78 @@
+"""What the run state holds, shared by its stores and the run path: a prepared run (RunSpec), a process by
+pid and start time (ProcessId), and the run history's events with the words for a run's kind and outcome.
+Nothing here starts a process or knows HTTP."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+#: How a run was admitted (the record's `kind`).
+IMMEDIATE = "immediate"
+QUEUED = "queued"
+COALESCED = "coalesced"
+REPLAYED = "replayed"
+REFUSED = "refused"
+KINDS = (IMMEDIATE, QUEUED, COALESCED, REPLAYED, REFUSED)
+
+#: How a run ended (the record's `outcome`); `pending` and `running` while it has not.
+PENDING = "pending"
+RUNNING = "running"
+OK = "ok"
+FAILED = "failed"
+TIMED_OUT = "timed_out"
+CANCELLED = "cancelled"
+OUTCOMES = (PENDING, RUNNING, OK, FAILED, TIMED_OUT, REFUSED, REPLAYED, CANCELLED)
+FINAL_OUTCOMES = (OK, FAILED, TIMED_OUT, REFUSED, REPLAYED, CANCELLED)
+
+Event = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything needed to start a run again: what the executor prepared from the request."""
+
+    hook_id: str
+    request_id: str
+    command: str  # the hook's execute-command, resolved again when run
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]  # the hook's variables, over the serving process's environment
+    files: tuple[tuple[str, bytes], ...]  # (variable name, contents) of pass-file-to-command
+    cwd: str
+
+    def to_json(self) -> str:
+        # ensure_ascii: argv and values may carry lone surrogates (undecodable bytes), which SQLite's
+        # UTF-8 text cannot hold but JSON escapes can.
+        return json.dumps(
+            {
+                "command": self.command,
+                "argv": list(self.argv),
+                "env": [list(pair) for pair in self.env],
+                "files": [[name, base64.b64encode(data).decode("ascii")] for name, data in self.files],
+                "cwd": self.cwd,
+            },
+            ensure_ascii=True,
+        )
+
+    @classmethod
+    def from_json(cls, hook_id: str, request_id: str, text: str) -> RunSpec:
+        data = json.loads(text)
+        return cls(
+            hook_id=hook_id,
+            request_id=request_id,
+            command=str(data["command"]),
+            argv=tuple(str(a) for a in data["argv"]),
+            env=tuple((str(k), str(v)) for k, v in data["env"]),
+            files=tuple((str(n), base64.b64decode(d)) for n, d in data["files"]),
+            cwd=str(data["cwd"]),
+        )
+
+
+@dataclass(frozen=True)
+class ProcessId:
+    """A process, by its pid and its start time (clock ticks after boot, /proc/<pid>/stat field 22)."""
+
+    pid: int
+    start: int
