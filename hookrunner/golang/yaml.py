@@ -16,6 +16,7 @@ import yaml.resolver
 from hookrunner.errors import HooksFileError
 from hookrunner.golang.decode import go_string, yaml_v2_scalar
 from hookrunner.golang.strconv import quote
+from hookrunner.golang.yamlevents import event_tree
 from hookrunner.golang.yamljson import NOT_PLAIN_TEXT, json_tree
 
 
@@ -430,14 +431,23 @@ _FLOW = re.compile(r"[\[{]")
 _FLOW_APART = re.compile(r":[^ \r\n]|\?")
 
 
+def libyaml_reads(text: str) -> bool:
+    """Whether libyaml's parser reads the characters of `text` as yaml.v2 does: none that _C_APART names,
+    and no `:` or `?` inside a plain scalar of a file with flow collections."""
+    if CParser is None or NOT_PLAIN_TEXT.search(text) or _C_APART.search(text):
+        return False
+    return not (_FLOW.search(text) and _FLOW_APART.search(text))
+
+
 def libyaml_tree(text: str) -> Any | None:
     """yaml_tree() read by libyaml's parser with the exact reader's resolution and constructors, or None
     where that could differ: a text _C_APART names, and any file libyaml refuses (the exact reader then
     words the error). Checked against the yaml.v2 vectors like the exact reader (test_yaml.py)."""
-    if CParser is None or NOT_PLAIN_TEXT.search(text) or _C_APART.search(text):
+    if not libyaml_reads(text):
         return None
-    if _FLOW.search(text) and _FLOW_APART.search(text):
-        return None
+    tree = event_tree(text)  # without a node tree where it can
+    if tree is not None:
+        return tree
     loader = _YamlV2CLoader(text)
     try:
         return _string_keys(loader.get_single_data())
