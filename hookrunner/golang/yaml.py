@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
@@ -16,8 +16,8 @@ import yaml.resolver
 from hookrunner.errors import HooksFileError
 from hookrunner.golang.decode import go_string, yaml_v2_scalar
 from hookrunner.golang.strconv import quote
-from hookrunner.golang.yamlevents import event_tree
-from hookrunner.golang.yamljson import NOT_PLAIN_TEXT, json_tree
+from hookrunner.golang.yamlevents import event_entries, event_tree
+from hookrunner.golang.yamljson import NOT_PLAIN_TEXT, json_entries, json_tree
 
 
 class YamlV2Loader(yaml.SafeLoader):
@@ -413,6 +413,17 @@ def yaml_tree(text: str) -> Any:
     if tree is None:
         tree = libyaml_tree(text)
     return tree if tree is not None else exact_yaml_tree(text)
+
+
+def yaml_entries(text: str) -> Iterator[Any] | None:
+    """The entries of the top-level sequence yaml_tree() would give, one at a time, where a fast reading
+    takes the file (yamljson.json_entries, yamlevents.event_entries): the whole tree is never held. None
+    where none does; the iterator raises ReadOtherwise if its reading stands aside part way, and then
+    yaml_tree() has the last word."""
+    entries = json_entries(text)
+    if entries is None and libyaml_reads(text):
+        entries = event_entries(text)
+    return entries
 
 
 try:

@@ -11,6 +11,7 @@ the composing reader."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -26,6 +27,7 @@ from yaml.events import (
 )
 
 from hookrunner.golang.decode import yaml_v2_scalar
+from hookrunner.golang.yamljson import ReadOtherwise
 
 try:
     from yaml._yaml import CParser
@@ -45,30 +47,80 @@ class _Apart(Exception):
 def event_tree(text: str) -> Any | None:
     """The tree yaml.py's libyaml_tree() gives `text`, built from libyaml's events; None where this reading
     stands aside (see the module's docstring) or libyaml refuses the text. The caller has already checked
-    that libyaml reads the text's characters as yaml.v2 does (libyaml_tree's guards)."""
+    that libyaml reads the text's characters as yaml.v2 does (yaml.py's libyaml_reads)."""
     if CParser is None:
         return None
     parser = CParser(text)
     try:
-        return _build(parser.get_event)
+        next_event = parser.get_event
+        event = _document(next_event)
+        if event is None:
+            return None  # no document: an empty file
+        value = _node(next_event, event, {})
+        _end(next_event)
+        return value
     except (_Apart, yaml.YAMLError):
         return None
     finally:
         parser.dispose()
 
 
-def _build(next_event: Any) -> Any:
+def event_entries(text: str) -> Iterator[Any] | None:
+    """The entries of the top-level sequence that event_tree() would give, one at a time, each built only
+    when the one before has been taken: the whole tree is never held. None where the text is not such a
+    sequence or this reading stands aside at once; the iterator raises ReadOtherwise if it stands aside
+    later (an anchor in the 9,000th entry, say) and ends only once the whole text has been parsed."""
+    if CParser is None:
+        return None
+    parser = CParser(text)
+    try:
+        event = _document(parser.get_event)
+    except (_Apart, yaml.YAMLError):
+        event = None
+    if type(event) is not SequenceStartEvent or event.anchor is not None or event.tag is not None:
+        parser.dispose()
+        return None
+    return _entries(parser)
+
+
+def _entries(parser: Any) -> Iterator[Any]:
+    next_event = parser.get_event
+    texts: dict[str, str] = {}
+    try:
+        while True:
+            event = next_event()
+            if type(event) is SequenceEndEvent:
+                break
+            yield _node(next_event, event, texts, 1)
+        _end(next_event)
+    except (_Apart, yaml.YAMLError):
+        raise ReadOtherwise from None
+    finally:
+        parser.dispose()
+
+
+def _document(next_event: Any) -> Any:
+    """The first event of the document's node, or None for a stream with no document."""
     next_event()  # the stream's start
     event = next_event()
     if type(event) is StreamEndEvent:
-        return None  # no document: an empty file
+        return None
     if type(event) is not DocumentStartEvent or event.version or event.tags:
         raise _Apart
-    texts: dict[str, str] = {}  # short strings kept once per file (`/bin/true`, `payload`, ...)
+    return next_event()
+
+
+def _end(next_event: Any) -> None:
+    if type(next_event()) is not DocumentEndEvent or type(next_event()) is not StreamEndEvent:
+        raise _Apart  # a second document: the composing reader refuses it as libyaml's loader does
+
+
+def _node(next_event: Any, event: Any, texts: dict[str, str], depth: int = 0) -> Any:
+    """The value of the node that begins with `event`, its events taken up to its end. Short strings are
+    kept once (`texts`: `/bin/true`, `payload` and the like repeat in every hook)."""
     containers: list[Any] = []  # the mappings and sequences being filled, innermost last
     keys: list[Any] = []  # for each, the key waiting for its value (_NO_KEY: none yet, or a sequence)
     while True:
-        event = next_event()
         kind = type(event)
         if kind is ScalarEvent:
             if event.anchor is not None or event.tag is not None:
@@ -81,12 +133,13 @@ def _build(next_event: Any) -> Any:
             if type(value) is str and len(value) <= _SHARED_TEXT:
                 value = texts.setdefault(value, value)
         elif kind is MappingStartEvent or kind is SequenceStartEvent:
-            if event.anchor is not None or event.tag is not None or len(containers) >= _DEEPEST:
+            if event.anchor is not None or event.tag is not None or depth + len(containers) >= _DEEPEST:
                 raise _Apart
             if containers and keys[-1] is _NO_KEY and type(containers[-1]) is dict:
                 raise _Apart  # a mapping or sequence as a key
             containers.append({} if kind is MappingStartEvent else [])
             keys.append(_NO_KEY)
+            event = next_event()
             continue
         elif kind is MappingEndEvent or kind is SequenceEndEvent:
             keys.pop()
@@ -94,7 +147,7 @@ def _build(next_event: Any) -> Any:
         else:  # an alias, or what only the composer reports
             raise _Apart
         if not containers:
-            break
+            return value
         container = containers[-1]
         if type(container) is list:
             container.append(value)
@@ -105,6 +158,4 @@ def _build(next_event: Any) -> Any:
         else:
             container[keys[-1]] = value
             keys[-1] = _NO_KEY
-    if type(next_event()) is not DocumentEndEvent or type(next_event()) is not StreamEndEvent:
-        raise _Apart  # a second document: the composing reader refuses it as libyaml's loader does
-    return value
+        event = next_event()

@@ -8,10 +8,12 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from hookrunner.errors import DuplicateHookError, HooksFileError
 from hookrunner.golang.decode import json_kind
-from hookrunner.golang.yaml import decode_hooks_bytes, yaml_tree
+from hookrunner.golang.yaml import decode_hooks_bytes, yaml_entries, yaml_tree
+from hookrunner.golang.yamljson import ReadOtherwise
 from hookrunner.hooks.model import Hook, decode_hook
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
@@ -41,6 +43,12 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _parse_hooks(text: str) -> list[Hook]:
+    entries = yaml_entries(text)
+    if entries is not None:
+        try:
+            return _decode_entries(entries)
+        except ReadOtherwise:
+            pass  # the exact readers decide, from the start
     data = yaml_tree(text)
     if data is None:
         return []
@@ -56,6 +64,27 @@ def _parse_hooks(text: str) -> list[Hook]:
         raise
     except (ValueError, TypeError) as exc:  # a rule the rules module refuses
         raise HooksFileError(str(exc)) from exc
+
+
+def _decode_entries(entries: Iterator[Any]) -> list[Hook]:
+    """Hooks decoded one entry at a time as a fast reading parses them, so that only the hooks and one
+    entry's tree are ever held. As with a whole tree, the first entry that cannot be decoded is the error,
+    but only once the whole file has been read: a file the exact readers would refuse is refused with their
+    words (the iterator raises ReadOtherwise)."""
+    hooks: list[Hook] = []
+    problem: HooksFileError | None = None
+    for item in entries:
+        if problem is not None:
+            continue  # read on: the rest of the file may yet be for the exact readers
+        try:
+            hooks.append(decode_hook(item) if item is not None else Hook())
+        except HooksFileError as exc:
+            problem = exc
+        except (ValueError, TypeError) as exc:  # a rule the rules module refuses
+            problem = HooksFileError(str(exc))
+    if problem is not None:
+        raise problem
+    return hooks
 
 
 def read_hooks_text(path: str, as_template: bool = False, data: bytes | None = None) -> str:
