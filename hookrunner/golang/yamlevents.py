@@ -56,7 +56,7 @@ def event_tree(text: str) -> Any | None:
         event = _document(next_event)
         if event is None:
             return None  # no document: an empty file
-        value = _node(next_event, event, {})
+        value = _node(next_event, event, _Texts())
         _end(next_event)
         return value
     except (_Apart, yaml.YAMLError):
@@ -85,7 +85,7 @@ def event_entries(text: str) -> Iterator[Any] | None:
 
 def _entries(parser: Any) -> Iterator[Any]:
     next_event = parser.get_event
-    texts: dict[str, str] = {}
+    texts = _Texts()
     try:
         while True:
             event = next_event()
@@ -115,9 +115,18 @@ def _end(next_event: Any) -> None:
         raise _Apart  # a second document: the composing reader refuses it as libyaml's loader does
 
 
-def _node(next_event: Any, event: Any, texts: dict[str, str], depth: int = 0) -> Any:
-    """The value of the node that begins with `event`, its events taken up to its end. Short strings are
-    kept once (`texts`: `/bin/true`, `payload` and the like repeat in every hook)."""
+class _Texts:
+    """A file's short scalars, each kept once: keys, `/bin/true`, `payload` and the like repeat in every
+    hook. A plain one is resolved once, too."""
+
+    def __init__(self) -> None:
+        self.plain: dict[str, Any] = {}
+        self.quoted: dict[str, str] = {}
+
+
+def _node(next_event: Any, event: Any, texts: _Texts, depth: int = 0) -> Any:
+    """The value of the node that begins with `event`, its events taken up to its end."""
+    plain, quoted = texts.plain, texts.quoted
     containers: list[Any] = []  # the mappings and sequences being filled, innermost last
     keys: list[Any] = []  # for each, the key waiting for its value (_NO_KEY: none yet, or a sequence)
     while True:
@@ -125,13 +134,19 @@ def _node(next_event: Any, event: Any, texts: dict[str, str], depth: int = 0) ->
         if kind is ScalarEvent:
             if event.anchor is not None or event.tag is not None:
                 raise _Apart
-            value = event.value
-            if event.implicit[0]:  # plain: resolved as yaml.v2 resolves it
-                if value == "<<":
-                    raise _Apart
-                value = yaml_v2_scalar(value)
-            if type(value) is str and len(value) <= _SHARED_TEXT:
-                value = texts.setdefault(value, value)
+            text = event.value
+            if event.implicit[0]:  # plain: resolved as yaml.v2 resolves it, once per text
+                value = plain.get(text, _NO_KEY)
+                if value is _NO_KEY:
+                    if text == "<<":
+                        raise _Apart
+                    value = yaml_v2_scalar(text)  # a str, number, bool or None: immutable
+                    if len(text) <= _SHARED_TEXT:
+                        plain[text] = value
+            elif len(text) <= _SHARED_TEXT:
+                value = quoted.setdefault(text, text)
+            else:
+                value = text
         elif kind is MappingStartEvent or kind is SequenceStartEvent:
             if event.anchor is not None or event.tag is not None or depth + len(containers) >= _DEEPEST:
                 raise _Apart
