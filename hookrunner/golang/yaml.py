@@ -17,7 +17,7 @@ from hookrunner.errors import HooksFileError
 from hookrunner.golang.decode import go_string, yaml_v2_scalar
 from hookrunner.golang.strconv import quote
 from hookrunner.golang.yamlevents import event_entries, event_tree
-from hookrunner.golang.yamljson import NOT_PLAIN_TEXT, json_entries, json_tree
+from hookrunner.golang.yamljson import NOT_PLAIN_TEXT, decode_hooks_bytes, json_entries, json_tree
 
 
 class YamlV2Loader(yaml.SafeLoader):
@@ -496,14 +496,7 @@ def exact_yaml_tree(text: str) -> Any:
         raise HooksFileError(f"error converting YAML to JSON: {exc}") from exc
 
 
-def decode_hooks_bytes(data: bytes) -> str:
-    """A hooks file's bytes as text: UTF-16 where a BOM says so (yaml.v2 reads it), else UTF-8 as it is."""
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        try:
-            return data.decode("utf-16")
-        except UnicodeDecodeError:
-            pass  # left to the YAML reader to refuse
-    return data.decode("utf-8", "surrogateescape")
+__all__ = ["decode_hooks_bytes"]  # where it was first, and is still looked for
 
 
 def read_hooks_yaml(data: bytes) -> Any:

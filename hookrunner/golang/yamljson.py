@@ -64,6 +64,16 @@ def _constant(text: str) -> Any:
     raise _Differs  # NaN and Infinity: not JSON, plain scalars to yaml.v2
 
 
+def decode_hooks_bytes(data: bytes) -> str:
+    """A hooks file's bytes as text: UTF-16 where a BOM says so (yaml.v2 reads it), else UTF-8 as it is."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError:
+            pass  # left to the YAML reader to refuse
+    return data.decode("utf-8", "surrogateescape")
+
+
 def _plain_json(text: str) -> str | None:
     """The text stripped, if it is a JSON array or object in which no character, escape or key spacing
     tells yaml.v2 apart (json_tree's docstring); None otherwise."""

@@ -9,12 +9,12 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from types import ModuleType
 from typing import Any
 
 from hookrunner.errors import DuplicateHookError, HooksFileError
 from hookrunner.golang.decode import json_kind
-from hookrunner.golang.yaml import decode_hooks_bytes, yaml_entries, yaml_tree
-from hookrunner.golang.yamljson import ReadOtherwise
+from hookrunner.golang.yamljson import ReadOtherwise, decode_hooks_bytes, json_entries
 from hookrunner.hooks.model import Hook, decode_hook
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
@@ -44,13 +44,15 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _parse_hooks(text: str) -> list[Hook]:
-    entries = yaml_entries(text)
+    entries = json_entries(text)
+    if entries is None:
+        entries = _yaml_reader().yaml_entries(text)
     if entries is not None:
         try:
             return _decode_entries(entries)
         except ReadOtherwise:
             pass  # the exact readers decide, from the start
-    data = yaml_tree(text)
+    data = _yaml_reader().yaml_tree(text)
     if data is None:
         return []
     if not isinstance(data, list):
@@ -65,6 +67,14 @@ def _parse_hooks(text: str) -> list[Hook]:
         raise
     except (ValueError, TypeError) as exc:  # a rule the rules module refuses
         raise HooksFileError(str(exc)) from exc
+
+
+def _yaml_reader() -> ModuleType:
+    """golang/yaml.py, loaded the first time a file is not plain JSON: PyYAML is not loaded at all to read
+    JSON files (it was ~5% of a start's CPU). cli.py loads it before -setuid."""
+    import hookrunner.golang.yaml
+
+    return hookrunner.golang.yaml
 
 
 def _decode_entries(entries: Iterator[Any]) -> list[Hook]:
