@@ -119,9 +119,10 @@ def test_ten_thousand_hooks_start_and_hot_reload(tmp_path: Path, servers: list[B
     assert answer(server.base + "deploy-05000", push) == (200, b"deploying 5000")
     assert answer(server.base + "deploy-05001", push) == (200, b"Hook rules were not satisfied.")
     time.sleep(0.5)  # the watcher is set up before serving; let a slow machine's first events pass
+    text = hooks_text(last_id="fresh", kind=kind)  # made first: dumping 10,000 hooks as YAML takes seconds
     written = time.monotonic()
     with open(server.path, "w") as handle:  # in place, one line changed: the last hook's id
-        handle.write(hooks_text(last_id="fresh", kind=kind))
+        handle.write(text)
     reload = seconds_until(server.base + "fresh", server.proc, written)
     assert reload < BOUND
     assert answer(server.base + f"deploy-{HOOKS - 1:05d}")[0] == 404
