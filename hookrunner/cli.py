@@ -370,6 +370,7 @@ def load_server_code(config: Config) -> None:
         return
     import sqlite3  # noqa: F401 - -state-dir's journal
 
+    import hookrunner.golang.yaml  # noqa: F401 - read only for a file that is not plain JSON (hooks/load.py)
     import hookrunner.ops.watcher
     import hookrunner.run.historyfeed  # noqa: F401
     from hookrunner.golang.regexp import load_engine

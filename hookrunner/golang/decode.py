@@ -118,6 +118,9 @@ def fields(data: Mapping[Any, Any], names: tuple[str, ...]) -> list[tuple[str, A
     overwrites (or, for objects and lists, merges into) what an earlier one decoded.
     """
     exact, by_fold = _by_fold(names)
+    keys = data.keys()
+    if keys <= exact:  # the usual object: each key names its field exactly, so no two name the same one
+        return [(key, data[key]) for key in sorted(keys)]
     if all(type(k) is str for k in data):  # as in any JSON file: each key is its own text, and unique
         return [(key if key in exact else by_fold[_fold(key)], data[key]) for key in sorted(data)
                 if key in exact or _fold(key) in by_fold]

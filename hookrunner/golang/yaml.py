@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
@@ -16,7 +16,8 @@ import yaml.resolver
 from hookrunner.errors import HooksFileError
 from hookrunner.golang.decode import go_string, yaml_v2_scalar
 from hookrunner.golang.strconv import quote
-from hookrunner.golang.yamljson import NOT_PLAIN_TEXT, json_tree
+from hookrunner.golang.yamlevents import event_entries, event_tree
+from hookrunner.golang.yamljson import NOT_PLAIN_TEXT, decode_hooks_bytes, json_entries, json_tree
 
 
 class YamlV2Loader(yaml.SafeLoader):
@@ -414,6 +415,17 @@ def yaml_tree(text: str) -> Any:
     return tree if tree is not None else exact_yaml_tree(text)
 
 
+def yaml_entries(text: str) -> Iterator[Any] | None:
+    """The entries of the top-level sequence yaml_tree() would give, one at a time, where a fast reading
+    takes the file (yamljson.json_entries, yamlevents.event_entries): the whole tree is never held. None
+    where none does; the iterator raises ReadOtherwise if its reading stands aside part way, and then
+    yaml_tree() has the last word."""
+    entries = json_entries(text)
+    if entries is None and libyaml_reads(text):
+        entries = event_entries(text)
+    return entries
+
+
 try:
     from yaml._yaml import CParser
 except ImportError:  # PyYAML built without libyaml: every file takes the exact reader
@@ -430,14 +442,23 @@ _FLOW = re.compile(r"[\[{]")
 _FLOW_APART = re.compile(r":[^ \r\n]|\?")
 
 
+def libyaml_reads(text: str) -> bool:
+    """Whether libyaml's parser reads the characters of `text` as yaml.v2 does: none that _C_APART names,
+    and no `:` or `?` inside a plain scalar of a file with flow collections."""
+    if CParser is None or NOT_PLAIN_TEXT.search(text) or _C_APART.search(text):
+        return False
+    return not (_FLOW.search(text) and _FLOW_APART.search(text))
+
+
 def libyaml_tree(text: str) -> Any | None:
     """yaml_tree() read by libyaml's parser with the exact reader's resolution and constructors, or None
     where that could differ: a text _C_APART names, and any file libyaml refuses (the exact reader then
     words the error). Checked against the yaml.v2 vectors like the exact reader (test_yaml.py)."""
-    if CParser is None or NOT_PLAIN_TEXT.search(text) or _C_APART.search(text):
+    if not libyaml_reads(text):
         return None
-    if _FLOW.search(text) and _FLOW_APART.search(text):
-        return None
+    tree = event_tree(text)  # without a node tree where it can
+    if tree is not None:
+        return tree
     loader = _YamlV2CLoader(text)
     try:
         return _string_keys(loader.get_single_data())
@@ -475,14 +496,7 @@ def exact_yaml_tree(text: str) -> Any:
         raise HooksFileError(f"error converting YAML to JSON: {exc}") from exc
 
 
-def decode_hooks_bytes(data: bytes) -> str:
-    """A hooks file's bytes as text: UTF-16 where a BOM says so (yaml.v2 reads it), else UTF-8 as it is."""
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        try:
-            return data.decode("utf-16")
-        except UnicodeDecodeError:
-            pass  # left to the YAML reader to refuse
-    return data.decode("utf-8", "surrogateescape")
+__all__ = ["decode_hooks_bytes"]  # where it was first, and is still looked for
 
 
 def read_hooks_yaml(data: bytes) -> Any:

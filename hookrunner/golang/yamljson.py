@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from hookrunner.golang.decode import yaml_v2_scalar
@@ -34,6 +35,11 @@ class _Differs(Exception):
     """What the JSON reading found that yaml.v2 may read otherwise."""
 
 
+class ReadOtherwise(Exception):
+    """Raised by an iterator of a file's entries (json_entries, yamlevents.event_entries) that found, part
+    way, what its fast reading may read otherwise than yaml.v2: the file is for the exact readers."""
+
+
 class _Mappings:
     """json.loads' object_pairs_hook: a dict per JSON object, refusing what yaml.v2 could read otherwise.
     Short strings are kept once per file (`/bin/true`, `payload` and the like repeat in every hook)."""
@@ -58,6 +64,38 @@ def _constant(text: str) -> Any:
     raise _Differs  # NaN and Infinity: not JSON, plain scalars to yaml.v2
 
 
+def decode_hooks_bytes(data: bytes) -> str:
+    """A hooks file's bytes as text: UTF-16 where a BOM says so (yaml.v2 reads it), else UTF-8 as it is."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError:
+            pass  # left to the YAML reader to refuse
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _plain_json(text: str) -> str | None:
+    """The text stripped, if it is a JSON array or object in which no character, escape or key spacing
+    tells yaml.v2 apart (json_tree's docstring); None otherwise."""
+    body = text.strip(" \r\n")
+    if body[:1] not in ("[", "{") or body[-1:] not in ("]", "}"):
+        return None
+    if NOT_PLAIN_TEXT.search(text) or _ESCAPE_APART.search(text):
+        return None
+    if any(colon in text for colon in _BLANK_COLONS) and _KEY_APART.search(text):
+        return None
+    return body
+
+
+def _decoder() -> json.JSONDecoder:
+    return json.JSONDecoder(
+        object_pairs_hook=_Mappings(),
+        parse_int=yaml_v2_scalar,
+        parse_float=yaml_v2_scalar,
+        parse_constant=_constant,
+    )
+
+
 def json_tree(text: str) -> Any | None:
     """The tree yaml.v2 (through ghodss/yaml) gives a hooks file whose text is a JSON array or object, or
     None when the text is not one, or is one that yaml.v2 might read differently.
@@ -67,24 +105,53 @@ def json_tree(text: str) -> Any | None:
     surrogates, and a key a simple key. Duplicate keys, long keys, keys split from their `:` by a line
     break, tabs or other text around the value, characters libyaml refuses and `\\/` all go to the exact
     reader, as do NaN and nesting deeper than _DEEPEST."""
-    body = text.strip(" \r\n")
-    if body[:1] not in ("[", "{") or body[-1:] not in ("]", "}"):
-        return None
-    if NOT_PLAIN_TEXT.search(text) or _ESCAPE_APART.search(text):
-        return None
-    if any(colon in text for colon in _BLANK_COLONS) and _KEY_APART.search(text):
+    body = _plain_json(text)
+    if body is None:
         return None
     try:
-        tree = json.loads(
-            body,
-            object_pairs_hook=_Mappings(),
-            parse_int=yaml_v2_scalar,
-            parse_float=yaml_v2_scalar,
-            parse_constant=_constant,
-        )
+        tree = _decoder().decode(body)
     except (_Differs, ValueError, RecursionError):
         return None
     return tree if _shallow(tree) else None
+
+
+_BLANKS = re.compile("[ \t\r\n]*")
+
+
+def json_entries(text: str) -> Iterator[Any] | None:
+    """The entries of the JSON array json_tree() would read, one at a time, each parsed only when the one
+    before has been taken: the whole tree is never held. None where the text is not such an array; the
+    iterator raises ReadOtherwise where json_tree() would give None (a duplicate key in the 9,000th entry,
+    say), and ends only once the whole text has been parsed."""
+    body = _plain_json(text)
+    if body is None or body[0] != "[" or body[-1] != "]":
+        return None
+    return _entries(body)
+
+
+def _entries(body: str) -> Iterator[Any]:
+    decode = _decoder().raw_decode
+    index = _BLANKS.match(body, 1).end()  # type: ignore[union-attr]  # matches the empty string
+    if index == len(body) - 1:  # only the closing `]` is left
+        return
+    while True:
+        start = index
+        try:
+            item, index = decode(body, index)
+        except (_Differs, ValueError, RecursionError):
+            raise ReadOtherwise from None
+        # The array is one level; an entry with fewer brackets than _DEEPEST needs no walk to tell.
+        brackets = body.count("[", start, index) + body.count("{", start, index)
+        if brackets >= _DEEPEST - 1 and not _shallow([item]):
+            raise ReadOtherwise
+        yield item
+        index = _BLANKS.match(body, index).end()  # type: ignore[union-attr]
+        if body[index : index + 1] == ",":
+            index = _BLANKS.match(body, index + 1).end()  # type: ignore[union-attr]
+        elif index == len(body) - 1:  # the closing `]`, and nothing after it
+            return
+        else:
+            raise ReadOtherwise
 
 
 def _shallow(tree: Any) -> bool:

@@ -18,3 +18,20 @@ class Argument:
         """Go's `%+v` of webhook's Argument struct, as its log lines show it."""
         b64 = "true" if self.base64decode else "false"
         return f"{{Source:{self.source} Name:{self.name} EnvName:{self.envname} Base64Decode:{b64}}}"
+
+
+#: Arguments by their four values: most hooks of a file name the same few (`payload` `ref`), and one frozen
+#: Argument serves them all. Bounded, since it outlives the files it was filled from.
+_SHARED: dict[tuple[str, str, str, bool], Argument] = {}
+_SHARED_MAX = 4096
+
+
+def shared_argument(source: str, name: str, envname: str = "", base64decode: bool = False) -> Argument:
+    """The Argument with these values, one object for all the hooks that name it."""
+    key = (source, name, envname, base64decode)
+    argument = _SHARED.get(key)
+    if argument is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        argument = _SHARED[key] = Argument(source, name, envname, base64decode)
+    return argument

@@ -19,7 +19,7 @@ from hookrunner.golang.decode import (
     type_error,
 )
 from hookrunner.golang.time import parse_go_duration
-from hookrunner.hooks.argument import Argument
+from hookrunner.hooks.argument import Argument, shared_argument
 from hookrunner.hooks.rules import parse_rule
 
 
@@ -79,10 +79,17 @@ def _lowered(spec: tuple[str, ...]) -> frozenset[str]:
     return frozenset(name.lower() for name in spec)
 
 
+@functools.cache
+def _names(spec: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(spec)
+
+
 def _known(data: Any, spec: Sequence[str], where: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The fields encoding/json would fill (exact name, else ignoring case; a later key wins) and the rest."""
     if not isinstance(data, dict):
         raise HooksFileError(f"json: cannot unmarshal {json_kind(data)} into Go value of type {where}")
+    if data.keys() <= _names(tuple(spec)):  # the usual entry: every key names its field exactly
+        return data, {}
     known = dict(fields(data, tuple(spec)))
     folded = _lowered(tuple(spec))
     if all(type(k) is str for k in data):
@@ -104,6 +111,15 @@ def decode_argument(data: Any, where: str = "Hook.parameter") -> Argument:
     if data is None:
         return Argument()
     known, _ = _known(data, ARGUMENT_FIELDS, where)
+    values = tuple(map(known.get, ARGUMENT_FIELDS))
+    source, name, envname, base64decode = values
+    if (
+        (type(source) is str or source is None)
+        and (type(name) is str or name is None)
+        and (type(envname) is str or envname is None)
+        and (type(base64decode) is bool or base64decode is None)
+    ):  # nothing to convert and nothing to refuse: the values themselves say which Argument it is
+        return shared_argument(source or "", name or "", envname or "", bool(base64decode))
     return Argument(
         source=go_string(known.get("source"), where + ".source"),
         name=go_string(known.get("name"), where + ".name"),
@@ -152,7 +168,12 @@ def _go_duration_field(value: Any, where: str) -> float:
     return seconds
 
 
+_NO_LIMITS = Limits()
+
+
 def _limits(known: dict[str, Any], where: str) -> Limits:
+    if known.keys().isdisjoint(LIMIT_FIELDS):
+        return _NO_LIMITS
     by = known.get("coalesce-by")
     coalesce_by = None if by is None else decode_argument(by, where + "coalesce-by")
     limits = Limits(

@@ -1,11 +1,15 @@
 """Hooks files load as webhook loads them, and the registry swaps whole, consistent sets."""
 
+import copy
+import json
 from pathlib import Path
 
 import pytest
 
-from hookrunner.errors import DuplicateHookError
+from hookrunner.errors import DuplicateHookError, HooksFileError
+from hookrunner.golang.yaml import exact_yaml_tree
 from hookrunner.hooks.load import HookRegistry, parse_hooks
+from hookrunner.hooks.model import decode_hook
 
 
 def test_empty_file_has_no_hooks() -> None:
@@ -118,3 +122,78 @@ def test_load_times_and_the_publish_callback(tmp_path: Path) -> None:
     registry.remove_file(str(second))
     assert set(registry.loaded_at) == {str(first)}
     assert len(published) == 3
+
+
+# --- a file decoded entry by entry as the fast readings parse it (issue 34) ----------------------------------
+
+
+def _error(text: str) -> str:
+    with pytest.raises(HooksFileError) as caught:
+        parse_hooks(text)
+    return str(caught.value)
+
+
+def _whole_tree_error(text: str) -> str:
+    """The error of the whole-tree reading: the exact reader's tree, then each entry decoded in turn."""
+    try:
+        tree = exact_yaml_tree(text)
+    except HooksFileError as exc:
+        return str(exc)
+    with pytest.raises(HooksFileError) as caught:
+        for item in tree:
+            decode_hook(item)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[{"id": []}, {"id": "b"}]',  # the first entry's error, once the whole file is read
+        '[{"id": "a"}, {"id": []}, {"id": "c", "id": "d"}]',  # the second's, from the exact reader's tree
+        '[{"id": []}, {"id": "b"}, ]',  # a trailing comma: JSON stands aside, YAML's flow reads it
+        "- id: []\n- id: b\n",
+        "- id: a\n- id: []\n- &x {id: c}\n- *x\n",  # an anchor after the bad entry
+    ],
+)
+def test_an_entry_that_cannot_be_decoded_is_the_error_whole_tree_reading_gives(text: str) -> None:
+    assert _error(text) == _whole_tree_error(text)
+    assert "cannot unmarshal array into Go struct field Hook.id of type string" in _error(text)
+
+
+@pytest.mark.parametrize("text", ['[{"id": []}, {"id": "b"} x]', "- id: []\n- id: [b\n"])
+def test_a_file_broken_after_a_bad_entry_is_refused_as_broken(text: str) -> None:
+    # The syntax error, as yaml.v2 finds it before any decoding, not the first entry's type error.
+    assert _error(text).startswith("error converting YAML to JSON: yaml: ")
+    assert "unmarshal" not in _error(text)
+    assert _error(text) == _whole_tree_error(text)
+
+
+def test_entries_are_decoded_as_they_are_read() -> None:
+    # The whole tree of a big file is never held: only its hooks and one entry's tree (issue 34).
+    import tracemalloc
+
+    text = (
+        "[\n"
+        + ",\n".join(
+            f'{{"id": "h{index}", "execute-command": "/bin/true", "trigger-rule": {{"match": {{"type": "value", '
+            f'"value": "v{index}", "parameter": {{"source": "payload", "name": "ref"}}}}}}}}'
+            for index in range(3000)
+        )
+        + "\n]\n"
+    )
+    tracemalloc.start()
+    try:
+        hooks = parse_hooks(text)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [hook.id for hook in hooks][-1] == "h2999"
+    tree = json.loads(text)
+    tracemalloc.start()
+    try:
+        whole = copy.deepcopy(tree)
+        tree_size = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    del whole
+    assert peak - held < tree_size / 2, (peak, held, tree_size)
