@@ -1,33 +1,26 @@
-"""When commands run: per-hook concurrency limits, a bounded queue, coalescing, and a global cap."""
+"""When commands run: the runs that the run state's places (state/slots.py: per-hook concurrency limits, a
+bounded queue, coalescing, a global cap) let run, each on a command thread or launched on the serving loop."""
 
 from __future__ import annotations
 
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from hookrunner.errors import HookrunnerError
 from hookrunner.hooks.model import Limits
 from hookrunner.ops.log import log
+from hookrunner.state.slots import COALESCED, Busy, Slots
+
+__all__ = ["Busy", "Job", "Scheduler"]
 
 T = TypeVar("T")
 
 #: How long a command thread with nothing to run waits for the next run before it exits.
 IDLE_THREAD_SECONDS = 10.0
-
-
-class Busy(HookrunnerError):
-    """The hook is at its concurrency limit and its queue is full: answer 429 with Retry-After."""
-
-    def __init__(self, hook_id: str, retry_after: int) -> None:
-        super().__init__(f"hook {hook_id} is busy")
-        self.hook_id = hook_id
-        self.retry_after = retry_after
 
 
 @dataclass
@@ -37,25 +30,10 @@ class Job(Generic[T]):
     work: Callable[[], T]
     future: Future[T] = field(default_factory=Future)
     coalesced: int = 0
-    group: str | None = None  # the coalesce-by value of its requests
 
 
-def _waiting_of(pending: deque[Job[T]], group: str | None) -> Job[T] | None:
-    """The newest waiting run of `group`, if any."""
-    for job in reversed(pending):
-        if job.group == group:
-            return job
-    return None
-
-
-class _Gate(Generic[T]):
-    def __init__(self) -> None:
-        self.running = 0
-        self.pending: deque[Job[T]] = deque()
-
-
-#: An admitted run: the hook id, its gate and the job.
-_Task = tuple[str, _Gate[T], Job[T]]
+#: An admitted run: the hook id and the job.
+_Task = tuple[str, Job[T]]
 
 
 class Scheduler(Generic[T]):
@@ -63,16 +41,12 @@ class Scheduler(Generic[T]):
 
     def __init__(self, max_running: int = 0) -> None:
         self._lock = threading.Lock()
-        self._gates: dict[str, _Gate[T]] = {}
-        # The global cap (0: none): runs past it wait in one first-in, first-out line, without a thread
-        # each; a finishing run's thread takes the first in line.
-        self._cap = max(max_running, 0)
-        self._capped = 0  # runs holding one of the cap's slots
-        self._waiting: deque[_Task[T]] = deque()
-        # Admitted runs not yet finished, and the command threads waiting for one: a finished run's
-        # thread waits a while for the next run instead of exiting, since starting a thread costs the
-        # request that needs it a wait for the new thread to be scheduled.
-        self._active = 0
+        # The places (under the lock). Past the global cap, runs wait in one first-in, first-out line,
+        # without a thread each; a finishing run's thread takes the first in line.
+        self._slots: Slots[Job[T]] = Slots(max_running)
+        # The command threads waiting for a run: a finished run's thread waits a while for the next run
+        # instead of exiting, since starting a thread costs the request that needs it a wait for the new
+        # thread to be scheduled.
         self._idle_threads = 0
         self._handover: queue.SimpleQueue[_Task[T]] = queue.SimpleQueue()
         self._idle = threading.Condition(self._lock)
@@ -85,12 +59,12 @@ class Scheduler(Generic[T]):
     @property
     def running(self) -> int:
         with self._lock:
-            return sum(g.running for g in self._gates.values()) - len(self._waiting)
+            return self._slots.running
 
     @property
     def queued(self) -> int:
         with self._lock:
-            return sum(len(g.pending) for g in self._gates.values()) + len(self._waiting)
+            return self._slots.queued
 
     def submit(
         self,
@@ -107,43 +81,18 @@ class Scheduler(Generic[T]):
         a run coalesces into the waiting run of its `group` (the hook's coalesce-by value; None: one group).
         """
         with self._lock:
-            gate = self._gates.setdefault(key, _Gate())
-            at_limit = limits.max_concurrency > 0 and gate.running >= limits.max_concurrency
-            if not at_limit:
-                job: Job[T] = Job(work)
-                thread = self._admit(key, gate, job)
-                if thread is None:
-                    return job.future, "started"
-            elif limits.coalesce and (waiting := _waiting_of(gate.pending, group)) is not None:
-                # A run of its group is already waiting: it will see the newest request instead.
-                waiting.work = work
-                waiting.coalesced += 1
-                return waiting.future, "coalesced"
-            else:
-                capacity = max(limits.max_queue, 1 if limits.coalesce else 0)
-                if len(gate.pending) >= capacity and not admitted:
-                    raise Busy(key, limits.retry_after)
-                job = Job(work, group=group)
-                gate.pending.append(job)
-                return job.future, "queued"
+            how, job, now = self._slots.admit(key, limits, Job(work), group, admitted)
+            if how == COALESCED:  # a run of its group is already waiting: it will see the newest request
+                job.work = work
+                job.coalesced += 1
+            thread = self._thread_for((key, job)) if now else None
+            if thread is None:  # queued, coalesced, in the cap's line, or handed to a waiting thread
+                return job.future, how
         # Started outside the lock: Thread.start() waits until the new thread runs, which under load takes
         # long enough to stall every other submit and finish queued behind the lock.
-        if not self._start(thread, (key, gate, job)):
+        if not self._start(thread, (key, job)):
             raise job.future.exception() or RuntimeError("no thread for the run")
-        return job.future, "started"
-
-    def _admit(self, key: str, gate: _Gate[T], job: Job[T]) -> threading.Thread | _Launch | None:
-        """Start the run under the global cap: hand it to a waiting thread, or return a new thread for the
-        caller to start once the lock is released, or put it in the global line. Called with the lock
-        held."""
-        gate.running += 1
-        self._active += 1
-        if self._cap:
-            if self._capped >= self._cap:
-                self._waiting.append((key, gate, job))
-                return None
-            self._capped += 1
-        return self._thread_for((key, gate, job))
+        return job.future, how
 
     def _thread_for(self, task: _Task[T]) -> threading.Thread | _Launch | None:
         """Hand an admitted run to a waiting thread, or return a new thread to start once the lock is
@@ -170,12 +119,12 @@ class Scheduler(Generic[T]):
                 thread.start()
                 return own
             except RuntimeError as exc:  # "can't start new thread": out of memory or of processes
-                key, gate, job = task
+                key, job = task
                 log.output(f"cannot start a thread to run hook {key}: {exc}")
                 if job.future.set_running_or_notify_cancel():
                     job.future.set_exception(exc)
                 with self._lock:
-                    following = self._finished(key, gate)
+                    following = self._finished(key)
                     new = self._thread_for(following) if following is not None else None
                 if new is None or following is None:
                     return False
@@ -206,7 +155,7 @@ class Scheduler(Generic[T]):
                         self._idle_threads -= 1
                         return
 
-    def _run(self, key: str, gate: _Gate[T], job: Job[T]) -> _Task[T] | None:
+    def _run(self, key: str, job: Job[T]) -> _Task[T] | None:
         """Run one job; returns the next run for this same thread: the hook's next queued run, or under a
         global cap the first run in the global line (the hook's next run joins the line at its end)."""
         if self.launch is None:  # a command thread (a launched run runs on its launcher's thread)
@@ -219,41 +168,27 @@ class Scheduler(Generic[T]):
                     job.future.set_exception(exc)
         finally:
             with self._lock:
-                following = self._finished(key, gate)
+                following = self._finished(key)
         return following
 
-    def _finished(self, key: str, gate: _Gate[T]) -> _Task[T] | None:
+    def _finished(self, key: str) -> _Task[T] | None:
         """A run of `key` is over: its places go to the next runs; returns the run that now has them, for
         the caller's thread. Called with the lock held."""
-        gate.running -= 1
-        self._active -= 1
-        following = None
-        if gate.pending:
-            gate.running += 1
-            self._active += 1
-            following = (key, gate, gate.pending.popleft())
-        if self._cap:
-            self._capped -= 1
-            if following is not None:
-                self._waiting.append(following)
-            following = None
-            if self._waiting:
-                self._capped += 1
-                following = self._waiting.popleft()
+        following = self._slots.finished(key)
         self._idle.notify_all()
         return following
 
     def in_line(self, future: Future[T]) -> bool:
         """Whether the run of `future` waits in the global cap's line (admitted, not started)."""
         with self._lock:
-            return any(job.future is future for _, _, job in self._waiting)
+            return self._slots.in_line(lambda job: job.future is future)
 
     def wait_idle(self, timeout: float, sleep: Callable[[float], None] | None = None) -> bool:
         """Wait until nothing runs or waits, at most `timeout` seconds; returns whether it got idle. With
         `sleep`, by looking every 50 ms and sleeping so in between (launched runs need the caller's loop)."""
 
         def idle() -> bool:
-            return not self._active and not any(g.pending for g in self._gates.values())
+            return self._slots.idle
 
         if sleep is None:
             with self._idle:

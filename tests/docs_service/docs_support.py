@@ -77,8 +77,8 @@ def wait_serving(proc: subprocess.Popen[bytes], port: int, timeout: float, what:
             raise AssertionError(f"{what} exited early:\n{log.read_text()}")
         try:
             return requests.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200
-        except requests.ConnectionError:
-            return False
+        except (requests.ConnectionError, requests.Timeout):  # not listening yet; or listening, its worker
+            return False  # still starting on a loaded machine: asked again until the wait's end
 
     wait_for(serving, timeout, f"{what} to serve")
 

@@ -160,7 +160,7 @@ def pod(image: str, tmp_path: Path) -> Iterator[Pod]:
         def serving() -> bool:
             try:
                 return requests.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not up yet, or its worker still starting
                 return False
 
         wait_for(serving, 60, f"the container to serve; its log:\n{podman('logs', name, check=False).stderr}")
