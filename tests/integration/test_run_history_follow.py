@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sse_support import sse_events, sse_output
 from test_run_history import Admin, start, trigger
 from test_serving import Server, python_hook, wait_until
 
@@ -89,22 +90,10 @@ class Follower:
         return int(bytes(self.received).split(b" ", 2)[1])
 
     def events(self) -> list[tuple[str, dict[str, Any]]]:
-        found = []
-        for block in bytes(self.received).partition(b"\r\n\r\n")[2].decode().split("\n\n"):
-            fields = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith(":"))
-            if "event" in fields and "data" in fields:
-                found.append((fields["event"], json.loads(fields["data"])))
-        return found
+        return sse_events(bytes(self.received))
 
     def output(self) -> bytes:
-        out = bytearray()
-        start = None
-        for name, data in self.events():
-            if name == "output":
-                start = data["offset"] if start is None else start  # the first byte kept when it came
-                assert data["offset"] == start + len(out), (data["offset"], start, len(out))
-                out += base64.b64decode(data["output_base64"]) if "output_base64" in data else data["output"].encode()
-        return bytes(out)
+        return sse_output(self.events())
 
 
 def outcome(admin: Admin, rid: str) -> str:

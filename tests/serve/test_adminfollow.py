@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from sse_support import sse_events, sse_output
 
 from hookrunner.config import Config
 from hookrunner.serve.admin import api_record, create_admin_app
@@ -107,23 +108,10 @@ class Stream:
         return bytes(self.received).partition(b"\r\n\r\n")[0]
 
     def events(self) -> list[tuple[str, dict[str, Any]]]:
-        body = bytes(self.received).partition(b"\r\n\r\n")[2].decode()
-        found = []
-        for block in body.split("\n\n"):
-            fields = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith(":"))
-            if "event" in fields and "data" in fields:
-                found.append((fields["event"], json.loads(fields["data"])))
-        return found
+        return sse_events(bytes(self.received))
 
     def output(self) -> bytes:
-        out = bytearray()
-        start = None
-        for name, data in self.events():
-            if name == "output":
-                start = data["offset"] if start is None else start  # the first byte kept when it came
-                assert data["offset"] == start + len(out), (data["offset"], start, len(out))
-                out += base64.b64decode(data["output_base64"]) if "output_base64" in data else data["output"].encode()
-        return bytes(out)
+        return sse_output(self.events())
 
 
 OPENED: list[socket.socket] = []
