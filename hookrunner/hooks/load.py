@@ -4,7 +4,6 @@ hooks, and the registry that serves them per file and swaps whole sets on reload
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import threading
 import time
@@ -17,6 +16,7 @@ from hookrunner.golang.decode import json_kind
 from hookrunner.golang.yamljson import ReadOtherwise, decode_hooks_bytes, json_entries
 from hookrunner.hooks.model import Hook, decode_hook
 from hookrunner.ops import metrics
+from hookrunner.ops.heap import malloc_trim
 from hookrunner.ops.log import log
 from hookrunner.ops.regularfile import read_regular_file
 
@@ -114,16 +114,10 @@ def read_hooks_text(path: str, as_template: bool = False, data: bytes | None = N
 def load_hooks(path: str, as_template: bool = False, data: bytes | None = None) -> list[Hook]:
     """Read one hooks file, optionally rendered as a Go template first; raises HooksFileError."""
     hooks = parse_hooks(read_hooks_text(path, as_template, data))
-    _give_back_freed_pages()  # the text and the trees are gone by now
+    # The text and each entry's tree are gone by now: their pages go back to the system instead of staying
+    # in the heap among the hooks kept (10,000 hooks: 6 MiB less in the master, and in a reloading worker).
+    malloc_trim()
     return hooks
-
-
-def _give_back_freed_pages() -> None:
-    """glibc's malloc_trim(0): the pages a read freed (its text, each entry's tree) go back to the system
-    instead of staying in the heap among the hooks kept (10,000 hooks: 6 MiB less in the master and again
-    in the worker after a reload). A few milliseconds; nothing where there is no glibc."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).malloc_trim(0)
 
 
 # --- the registry ------------------------------------------------------------------------------------

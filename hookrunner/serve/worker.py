@@ -29,6 +29,7 @@ from werkzeug.exceptions import RequestTimeout
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from hookrunner.golang.status import status_line
+from hookrunner.ops.heap import malloc_trim
 from hookrunner.ops.log import log
 from hookrunner.run.history import Recorder
 from hookrunner.serve.answers import HANDLER_HEADERS_KEY, HEADER_LIST_KEY, go_request_path
@@ -138,19 +139,6 @@ def merge_frees() -> bool:
     Python objects come from Python's own allocator outside a parse, and a thread's cache (tcache) still
     keeps a few blocks of each size for reuse. False where there is no mallopt (not glibc)."""
     return _mallopt(M_MXFAST, 0)
-
-
-def malloc_trim() -> bool:
-    """glibc's malloc_trim(0): give the system every free page of the heap, not only its top (where the
-    trim threshold applies). False where there is none (not glibc)."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return False
-    trim.argtypes = (ctypes.c_size_t,)
-    trim.restype = ctypes.c_int
-    trim(0)
-    return True
 
 
 class HeapTrim:

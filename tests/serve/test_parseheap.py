@@ -13,7 +13,8 @@ from hookrunner.serve.parseheap import ParseHeap
 _LIVE = """
 import sys, threading
 from hookrunner.serve.parseheap import PARSE_HEAP, ParseHeap
-from hookrunner.serve.worker import malloc_trim, merge_frees
+from hookrunner.ops.heap import malloc_trim
+from hookrunner.serve.worker import merge_frees
 
 assert PARSE_HEAP.available and merge_frees()
 mode = sys.argv[1]

@@ -183,6 +183,6 @@ def test_a_burst_that_goes_on_is_trimmed_every_so_often() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 def test_malloc_trim_is_there() -> None:
-    from hookrunner.serve.worker import malloc_trim
+    from hookrunner.ops.heap import malloc_trim
 
     assert malloc_trim()
