@@ -76,3 +76,51 @@ class ProcessId:
 
     pid: int
     start: int
+
+
+#: How long an embedded backend's claim lasts: the owner's life (no other claimer on the host).
+FOREVER = float("inf")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run this replica may start now, held by it: the run's id, what to start, which attempt this is (a
+    finish or a process record from another attempt is refused) and until when the claim holds unless
+    renewed (wall-clock seconds; FOREVER for the embedded backend). `previous`: what still ran of the run's
+    earlier attempt, as recorded, to be ended before this one starts."""
+
+    run_id: int
+    spec: RunSpec
+    attempt: int = 1
+    lease_until: float = FOREVER
+    accepted_at: float = 0.0
+    previous: tuple[ProcessId, ...] = ()
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class Admission:
+    """How a run was admitted: `how` is STARTED, QUEUED or COALESCED (state/slots.py's words); `run_id`
+    the run that stands for the request (for COALESCED, the waiting run it was folded into); `claim` is set
+    when the run may start now (held by this replica), None when it waits for a place."""
+
+    how: str
+    run_id: int
+    claim: Claim | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended, as the journal writes it: `exit status 0`, Go's error text, or a `not run: ...` /
+    `not replayed: ...` reason."""
+
+    status: str
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Runs holding a place and runs waiting, in all and per hook (for /metrics and readiness)."""
+
+    running: int
+    queued: int
+    per_hook: tuple[tuple[str, int, int], ...] = ()  # (hook id, running, queued)

@@ -1,0 +1,105 @@
+"""The run state's interface: where runs are admitted, claimed and finished (RunState) and where the run
+history is read (HistoryReader), whichever backend holds them: the embedded one (slots in memory and the
+SQLite journal, one per host) or PostgreSQL (one per fleet, issue 33). docs/run-state.md, "The
+hookrunner/state/ room", is the design; tests/state/test_contract.py runs every backend through the same
+cases. Callers (the run owner) see only these protocols."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from hookrunner.hooks.model import Limits
+from hookrunner.state.model import Admission, Claim, Counts, Event, Outcome, ProcessId, RunSpec
+
+
+class StateUnavailable(Exception):
+    """The run state cannot record a run now (the journal cannot be written, the database is away): the
+    request that asked for it is answered 503 with Retry-After, never 200. Nothing unrecorded is admitted."""
+
+    def __init__(self, why: str, retry_after: int = 5) -> None:
+        super().__init__(why)
+        self.retry_after = retry_after
+
+
+class Waiter(Protocol):
+    """What the owner's loop waits on for new claimable work."""
+
+    def wait(self, timeout: float | None) -> bool:
+        """True when woken (work may be claimable), False at the timeout."""
+        ...
+
+
+class RunState(Protocol):
+    """Where runs are admitted, claimed and finished: one per host (embedded) or one per fleet (PostgreSQL).
+    Each method is one transaction; its docstring says what it guarantees. Called on the run owner's loop:
+    a backend that waits on the network must wait cooperatively (psycopg >= 3.1.14 under gevent)."""
+
+    #: Who claims: the host's boot id (embedded) or the replica's name (PostgreSQL).
+    replica: str
+
+    def admit(self, run: RunSpec, limits: Limits, coalesce_key: str | None, accepted_at: float) -> Admission:
+        """Record `run` (durably, when the backend journals) and, in the same transaction, count the hook's
+        and the global running runs over every replica: start it (an Admission with a Claim, attempt 1),
+        queue it, or coalesce it into the hook's newest queued run of the same `coalesce_key` (whose finish
+        then also finishes this one's record). Raises state.slots.Busy when the hook is at its limit with a
+        full queue (nothing is kept), StateUnavailable when it cannot record."""
+        ...
+
+    def claims(self, limit: int) -> list[Claim]:
+        """Runs this replica may start now, claimed for it, oldest first, at most `limit`: queued runs whose
+        places are now free, and (at start, or when a holder's lease and grace have passed) unfinished runs
+        of an earlier attempt, each with attempt + 1 and `previous` set."""
+        ...
+
+    def started(self, claim: Claim, processes: Sequence[ProcessId]) -> bool:
+        """Record the attempt's processes (the leader first, then any it starts), so that a later attempt
+        can end them first. False: the claim is no longer this replica's (nothing written)."""
+        ...
+
+    def renew(self, claims: Sequence[Claim]) -> list[Claim]:
+        """Extend the leases of `claims`; returns those this replica no longer holds, whose process trees
+        must be killed at once. Embedded: nothing is lost while the owner lives (returns [])."""
+        ...
+
+    def finish(self, claim: Claim, outcome: Outcome) -> bool:
+        """Free the run's places, keep its outcome (and that of every request coalesced into it), only if
+        `claim.attempt` is the run's current attempt. False, and nothing written, for a late write from an
+        old attempt."""
+        ...
+
+    def refuse(self, run_id: int, outcome: Outcome) -> None:
+        """Finish a claimed run that will not run (no such hook any more, `replay: false`), freeing its
+        places."""
+        ...
+
+    def wake(self) -> Waiter:
+        """What to wait on for new claimable work: a local event (embedded); LISTEN/NOTIFY with polling as
+        the fallback (PostgreSQL)."""
+        ...
+
+    def counts(self) -> Counts:
+        """Running and queued runs, in all and per hook, over every replica that shares this state."""
+        ...
+
+    def record(self, event: Event) -> None:
+        """A run history event (state/model.py's words); never blocks the run path."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend holds (connections, files); claims still held are left to a later
+        claimer (embedded: the next start's replay)."""
+        ...
+
+
+class HistoryReader(Protocol):
+    """What the admin listener reads: the embedded store fed by the owner (state/historystore.py), or the
+    shared tables of PostgreSQL (every replica's runs, each naming its replica)."""
+
+    def runs(
+        self, hook: str = "", outcome: str = "", limit: int = 50, before: int = 0
+    ) -> list[dict[str, Any]]: ...
+
+    def run(self, run_id: str) -> dict[str, Any] | None: ...
+
+    def hooks(self) -> list[dict[str, Any]]: ...
