@@ -11,7 +11,9 @@ rows that only the caller's run can reach; so `counts` and `claims` never wait f
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -69,20 +71,48 @@ class _Run:
 
 
 class _Wake:
-    """A threading.Event as the run owner's Waiter: set whenever something may be claimable."""
+    """The run owner's Waiter: set whenever something may be claimable. A thread waits with wait(); an event
+    loop that is not monkey-patched (the gevent owner's) must not block on a threading.Event, so it may
+    wait instead for fileno() to be readable (an eventfd, made on first use), then call wait(0), then
+    claim. RunState's Waiter names only wait(): fileno() is this backend's, proposed for the protocol."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._fd = -1
+        self._fd_lock = threading.Lock()
 
     def set(self) -> None:
         self._event.set()
+        with self._fd_lock:  # never a descriptor that close() gave back (its number may be another's now)
+            if self._fd >= 0:
+                os.eventfd_write(self._fd, 1)
+
+    def fileno(self) -> int:
+        """A descriptor readable once set, until wait() returns."""
+        with self._fd_lock:
+            if self._fd < 0:
+                self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+                if self._event.is_set():
+                    os.eventfd_write(self._fd, 1)
+        return self._fd
 
     def wait(self, timeout: float | None) -> bool:
         # Cleared after the wait: a set between the two is not lost, since what it announced was added
         # before it, and the caller claims after this returns.
         woken = self._event.wait(timeout)
         self._event.clear()
+        with self._fd_lock, contextlib.suppress(BlockingIOError):
+            if self._fd >= 0:
+                os.eventfd_read(self._fd)
         return woken
+
+    def close(self) -> None:
+        """Wake every waiter for the last time, and give the descriptor back."""
+        self.set()
+        with self._fd_lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
 
 def _no_feed(event: Event) -> None:
@@ -289,7 +319,7 @@ class EmbeddedState:
 
     def close(self) -> None:
         """Close the journal (claims still held stay unfinished there: the next start replays them)."""
-        self._wake.set()
+        self._wake.close()
         if self._journal is not None:
             self._journal.close()
 

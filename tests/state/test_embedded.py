@@ -5,6 +5,7 @@ left-overs of a coalescing hook replayed as one run."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -102,3 +103,40 @@ def test_close_wakes_a_waiting_owner() -> None:
     assert not waiter.wait(0)
     state.close()
     assert waiter.wait(0)
+
+
+def test_an_event_loop_waits_on_the_waiters_descriptor_and_keeps_running_meanwhile() -> None:
+    import gevent
+    import gevent.socket
+
+    state = EmbeddedState()
+    limits = Limits(max_concurrency=1, max_queue=1)
+    running = state.admit(spec(1), limits, None, time.time())
+    queued = state.admit(spec(2), limits, None, time.time())
+    assert running.claim is not None
+    claim = running.claim
+    waiter = state.wake()
+    assert not waiter.wait(0)
+    claimed: list[int] = []
+    ticks: list[int] = []
+
+    def owner() -> None:  # the owner's loop: not monkey-patched, so it waits on the descriptor
+        gevent.socket.wait_read(waiter.fileno(), timeout=10)
+        assert waiter.wait(0)
+        claimed.extend(c.run_id for c in state.claims(10))
+
+    def ticker() -> None:  # another greenlet of the loop, which must run while the owner waits
+        while not claimed:
+            ticks.append(1)
+            gevent.sleep(0.01)
+
+    # The run ends on a native thread (where the owner starts processes), 0.2 s from now.
+    finisher = threading.Timer(0.2, lambda: state.finish(claim, Outcome("exit status 0")))
+    finisher.start()
+    greenlets = [gevent.spawn(owner), gevent.spawn(ticker)]
+    gevent.joinall(greenlets, timeout=20, raise_error=True)
+    finisher.join()
+    assert claimed == [queued.run_id]
+    assert len(ticks) >= 5  # the loop went on: 0.2 s of 10 ms ticks, give or take a loaded machine
+    state.close()
+    assert waiter.wait(0)  # close wakes a waiter, and gives the descriptor back
