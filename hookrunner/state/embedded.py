@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from hookrunner.config import Config
 from hookrunner.hooks.model import Limits
 from hookrunner.state.backend import RunState, StateUnavailable
-from hookrunner.state.journal import Journal, JournalUnwritable
+from hookrunner.state.journal import Journal, JournalUnwritable, accepts_runs
 from hookrunner.state.model import (
     FOREVER,
     Admission,
@@ -313,6 +313,12 @@ class EmbeddedState:
                     (hook, running, queued) for hook, (running, queued) in sorted(per_hook.items())
                 ),
             )
+
+    def ready(self) -> bool:
+        """Whether a run can be recorded now (readiness: /healthz?ready), trying a failing journal's writes
+        again at most once a second. Not in RunState yet: proposed for it, since the owner answers
+        readiness for every backend."""
+        return accepts_runs(self._journal)
 
     def record(self, event: Event) -> None:
         self._feed(event)

@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from journal_faults import failing_disk
 
 from hookrunner.config import Config
 from hookrunner.hooks.model import Limits
+from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.embedded import BUSY_STATUS, EmbeddedState, open_state
 from hookrunner.state.journal import FILE_NAME, Journal
 from hookrunner.state.model import Outcome, ProcessId, RunSpec
@@ -140,3 +142,15 @@ def test_an_event_loop_waits_on_the_waiters_descriptor_and_keeps_running_meanwhi
     assert len(ticks) >= 5  # the loop went on: 0.2 s of 10 ms ticks, give or take a loaded machine
     state.close()
     assert waiter.wait(0)  # close wakes a waiter, and gives the descriptor back
+
+
+def test_ready_while_the_journal_can_write(tmp_path: Path) -> None:
+    assert EmbeddedState().ready()  # nothing to write
+    state = EmbeddedState(Journal(str(tmp_path), "boot", retry_every=0))
+    state.admit(spec(1), Limits(), None, time.time())
+    with failing_disk(tmp_path):
+        with pytest.raises(StateUnavailable):
+            state.admit(spec(2), Limits(), None, time.time())
+        assert not state.ready()
+    assert state.ready()
+    state.close()
