@@ -88,7 +88,8 @@ CREATE INDEX IF NOT EXISTS runs_state ON runs (state, id);
 #: A finished run is never started again: its spec (argv, variables, files: the payload's secrets) is
 #: dropped, and secure_delete (set at open) zeroes the bytes it took.
 _FINISH = "UPDATE runs SET state = ?, exit_status = ?, spec = '', processes = '[]' WHERE id = ?"
-_RUNNING = "UPDATE runs SET state = ?, processes = ? WHERE id = ?"
+#: A finished row never runs again: a late start (a race with its own finish) leaves it finished.
+_RUNNING = "UPDATE runs SET state = ?, processes = ? WHERE id = ? AND state != 'finished'"
 #: The same writes of one attempt only: the last parameter is the attempt, or None for whichever is current.
 _ATTEMPT = " AND attempt = coalesce(?, attempt)"
 

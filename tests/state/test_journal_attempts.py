@@ -190,3 +190,14 @@ def test_an_attempts_finish_kept_while_the_disk_fails_is_written_once_it_takes_i
     assert journal.writable()  # tries again now: the kept finish is written
     assert row(tmp_path, run_id) == ("finished", "exit status 0", "[]", 1)
     journal.close()
+
+
+def test_a_finished_row_never_goes_back_to_running(tmp_path: Path) -> None:
+    journal = Journal(str(tmp_path), "boot")
+    run_id = journal.record(spec())
+    assert run_id is not None
+    assert journal.finished([run_id], "exit status 0", attempt=1)
+    assert not journal.started(run_id, ProcessId(1, 2), attempt=1)  # a start that lost a race with its finish
+    assert not journal.started(run_id, ProcessId(1, 2))
+    assert row(tmp_path, run_id) == ("finished", "exit status 0", "[]", 1)
+    journal.close()
