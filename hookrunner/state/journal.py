@@ -9,6 +9,11 @@ a replay can end what is still running of it first; a finished row keeps only it
 (the spec, which holds the payload's secrets, is dropped and its bytes zeroed), and finished rows are pruned
 to the newest `keep`.
 
+Each row also counts its attempts (schema 3): a claim of left-overs starts the next one, and a caller that
+names its attempt when it records processes or finishes a row changes nothing when the row has moved on to
+a later attempt (a late write from an old attempt: the call returns False). docs/run-state.md, "How each
+guarantee is kept".
+
 Each row names its owner: the serving process that accepted it (a boot id shared by all the workers of one
 start, and the worker's pid). A worker claims, once at start and atomically, the unfinished rows whose owner
 is gone (another boot, or a worker pid no longer alive); so with -workers N every left-over run is claimed
@@ -43,8 +48,9 @@ from hookrunner.state.finishledger import FinishLedger
 from hookrunner.state.model import ProcessId, RunSpec
 
 #: The schema this hookrunner writes; a journal with a higher PRAGMA user_version is refused, one with a
-#: lower one is brought up to it. 2: each run's `processes`, the attempt's leader first.
-SCHEMA_VERSION = 2
+#: lower one is brought up to it. 2: each run's `processes`, the attempt's leader first. 3: each run's
+#: `attempt`, 1 when accepted and one more at each claim of left-overs.
+SCHEMA_VERSION = 3
 FILE_NAME = "journal.sqlite3"
 LOCK_NAME = "journal.lock"
 
@@ -73,7 +79,8 @@ CREATE TABLE IF NOT EXISTS runs (
     owner TEXT NOT NULL,
     spec TEXT NOT NULL,
     exit_status TEXT,
-    processes TEXT NOT NULL DEFAULT '[]'
+    processes TEXT NOT NULL DEFAULT '[]',
+    attempt INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS runs_state ON runs (state, id);
 """
@@ -81,7 +88,10 @@ CREATE INDEX IF NOT EXISTS runs_state ON runs (state, id);
 #: A finished run is never started again: its spec (argv, variables, files: the payload's secrets) is
 #: dropped, and secure_delete (set at open) zeroes the bytes it took.
 _FINISH = "UPDATE runs SET state = ?, exit_status = ?, spec = '', processes = '[]' WHERE id = ?"
-_RUNNING = "UPDATE runs SET state = ?, processes = ? WHERE id = ?"
+#: A finished row never runs again: a late start (a race with its own finish) leaves it finished.
+_RUNNING = "UPDATE runs SET state = ?, processes = ? WHERE id = ? AND state != 'finished'"
+#: The same writes of one attempt only: the last parameter is the attempt, or None for whichever is current.
+_ATTEMPT = " AND attempt = coalesce(?, attempt)"
 
 
 class JournalError(Exception):
@@ -106,6 +116,8 @@ class LeftOver:
     spec: RunSpec
     #: The processes of its last attempt, as recorded (the leader first); empty when it never started.
     processes: tuple[ProcessId, ...] = ()
+    #: The attempt this claim starts: one more than the last (1 for a run accepted, never claimed).
+    attempt: int = 2
 
 
 def _pid_alive(pid: int) -> bool:
@@ -155,6 +167,8 @@ class Journal:
         self._kept: dict[int, str] = {}
         #: Attempts' processes not yet written (run id -> leader first), written with the kept finishes.
         self._kept_running: dict[int, list[ProcessId]] = {}
+        #: The attempt that kept writes of a run are for (run id -> attempt); absent: whichever is current.
+        self._kept_attempt: dict[int, int] = {}
         self._retry_every = retry_every
         self._last_try = 0.0
         self._retrier: threading.Thread | None = None
@@ -188,6 +202,8 @@ class Journal:
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
             if "processes" not in columns:  # a version 1 journal
                 self._db.execute("ALTER TABLE runs ADD COLUMN processes TEXT NOT NULL DEFAULT '[]'")
+            if "attempt" not in columns:  # a version 1 or 2 journal: each row is on its first attempt
+                self._db.execute("ALTER TABLE runs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1")
             if version < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             #: Rows up to this id were written before this process opened the journal: a row of its own
@@ -202,8 +218,10 @@ class Journal:
         try:
             self._ledger = FinishLedger(state_dir)
         except OSError as exc:
-            log.output(f"run journal: cannot make {exc.filename}: {exc.strerror or exc}; finishes that the "
-                       "journal cannot write are kept in memory only")
+            log.output(
+                f"run journal: cannot make {exc.filename}: {exc.strerror or exc}; finishes that the "
+                "journal cannot write are kept in memory only"
+            )
 
     @property
     def enabled(self) -> bool:
@@ -226,8 +244,10 @@ class Journal:
             except self._failures as exc:
                 lost = sorted(set(self._kept) - self._in_ledger)
                 if lost:
-                    log.output(f"run journal {self.path}: cannot mark run(s) {' '.join(map(str, lost))} "
-                               f"finished: {exc}; the next start runs them again")
+                    log.output(
+                        f"run journal {self.path}: cannot mark run(s) {' '.join(map(str, lost))} "
+                        f"finished: {exc}; the next start runs them again"
+                    )
             self._db.close()
             if self._ledger is not None:
                 self._ledger.close()
@@ -293,13 +313,20 @@ class Journal:
         if not self._kept and not self._kept_running:
             return
         kept = list(self._kept.items())
-        running = [(RUNNING, _processes_json(found), run_id) for run_id, found in self._kept_running.items()]
+        attempt = self._kept_attempt.get
+        running = [
+            (RUNNING, _processes_json(found), run_id, attempt(run_id))
+            for run_id, found in self._kept_running.items()
+        ]
         self._db.execute("BEGIN IMMEDIATE")
-        self._db.executemany(_RUNNING, running)
-        self._db.executemany(_FINISH, [(FINISHED, status, run_id) for run_id, status in kept])
+        self._db.executemany(_RUNNING + _ATTEMPT, running)
+        self._db.executemany(
+            _FINISH + _ATTEMPT, [(FINISHED, status, run_id, attempt(run_id)) for run_id, status in kept]
+        )
         self._db.execute("COMMIT")
         self._kept.clear()
         self._kept_running.clear()
+        self._kept_attempt.clear()
         self._finished_since_prune += len(kept)
         if self._ledger is not None and self._in_ledger:
             self._ledger.remove(self._in_ledger)  # if it cannot, the ids left there are still true
@@ -329,51 +356,97 @@ class Journal:
             claim()
         return run_id
 
-    def started(self, run_id: int, leader: ProcessId) -> None:
+    def started(self, run_id: int, leader: ProcessId, attempt: int | None = None) -> bool:
         """An attempt of the run started: its leader process is recorded (replacing an earlier attempt's);
-        kept, when it cannot be written now, and written with the kept finishes."""
+        kept, when it cannot be written now, and written with the kept finishes. With `attempt`, only while
+        the row is on that attempt. False: nothing written (the row is on another attempt, or gone)."""
         with self._lock:
             self._kept_running.pop(run_id, None)
-            mark = (RUNNING, _processes_json([leader]), run_id)
-            if not self._write_locked("mark a run running", lambda: self._db.execute(_RUNNING, mark))[0]:
+            mark = (RUNNING, _processes_json([leader]), run_id, attempt)
+            written, changed = self._write_locked(
+                "mark a run running", lambda: self._db.execute(_RUNNING + _ATTEMPT, mark).rowcount
+            )
+            if not written:
+                if not self._enabled:
+                    return False
                 self._kept_running[run_id] = [leader]
+                self._keep_attempt(run_id, attempt)
+                return True
+            return bool(changed)
 
-    def add_process(self, run_id: int, process: ProcessId) -> None:
+    def add_process(self, run_id: int, process: ProcessId, attempt: int | None = None) -> bool:
         """A process of the run's attempt was found outside its leader's group: it is recorded too (kept
-        with its attempt's when that is not written yet, or when it cannot be written now)."""
+        with its attempt's when that is not written yet, or when it cannot be written now). With `attempt`,
+        only while the row is on that attempt. False: nothing recorded (not running, another attempt)."""
         with self._lock:
             if run_id in self._kept_running:
+                if attempt is not None and self._kept_attempt.get(run_id, attempt) != attempt:
+                    return False
                 self._kept_running[run_id].append(process)
-                return
+                return True
             if not self._enabled:
-                return
+                return False
             try:
-                query = "SELECT processes FROM runs WHERE id = ? AND state = ?"
-                found = self._db.execute(query, (run_id, RUNNING)).fetchone()
+                query = "SELECT processes FROM runs WHERE id = ? AND state = ?" + _ATTEMPT
+                found = self._db.execute(query, (run_id, RUNNING, attempt)).fetchone()
             except self._failures:
-                return
+                return False
             if found is None:
-                return
+                return False
             processes = [*_processes_from(found[0]), process]
             add = ("UPDATE runs SET processes = ? WHERE id = ?", (_processes_json(processes), run_id))
             if not self._write_locked("record a run's process", lambda: self._db.execute(*add))[0]:
                 self._kept_running[run_id] = processes
+                self._keep_attempt(run_id, attempt)
+            return True
 
-    def finished(self, run_ids: list[int], exit_status: str) -> None:
-        """Mark runs finished; what cannot be written now is kept, and written before any later write."""
+    def finished(self, run_ids: list[int], exit_status: str, attempt: int | None = None) -> bool:
+        """Mark runs finished; what cannot be written now is kept, and written before any later write. With
+        `attempt`, only if the first run (the one that ran; the others are requests folded into it) is on
+        that attempt: False, and nothing written, for a late finish of an old attempt. The check is a read
+        under this process's lock, and a kept write is made on the same condition."""
         if not run_ids:
-            return
+            return True
         with self._lock:
             if not self._enabled:
-                return
+                return False
+            if attempt is not None and not self._on_attempt(run_ids[0], attempt):
+                return False
             self._kept.update((run_id, exit_status) for run_id in run_ids)
             for run_id in run_ids:
                 self._kept_running.pop(run_id, None)  # its finish says more
+            self._keep_attempt(run_ids[0], attempt)
             written = self._write_locked("mark a run finished", lambda: None)[0]
             if not written and self._ledger is not None and self._ledger.add(run_ids):
                 self._in_ledger.update(run_ids)
         if self._finished_since_prune >= max(self.keep // 10, 100):
             self.prune()
+        return True
+
+    def _keep_attempt(self, run_id: int, attempt: int | None) -> None:
+        """The attempt that kept writes of `run_id` are for (under the lock); None: whichever is current."""
+        if attempt is None:
+            self._kept_attempt.pop(run_id, None)
+        else:
+            self._kept_attempt[run_id] = attempt
+
+    def _on_attempt(self, run_id: int, attempt: int) -> bool:
+        """Whether `run_id`'s row is on `attempt` (under the lock). A row that is gone is not; a read that
+        fails counts as yes, since the kept write is made on the same condition."""
+        kept = self._kept_attempt.get(run_id)
+        if kept is not None and kept != attempt:
+            return False
+        try:
+            found = self._db.execute("SELECT attempt FROM runs WHERE id = ?", (run_id,)).fetchone()
+        except self._failures:
+            return True
+        return found is not None and int(found[0]) == attempt
+
+    def attempt(self, run_id: int) -> int | None:
+        """The row's current attempt, or None when there is no such row (for tests and diagnostics)."""
+        with self._lock:
+            found = self._db.execute("SELECT attempt FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return None if found is None else int(found[0])
 
     def prune(self) -> int:
         """Delete finished rows beyond the newest `keep`; returns how many went."""
@@ -407,12 +480,12 @@ class Journal:
                     [(FINISHED, "finished while the journal could not write", i, FINISHED) for i in done],
                 )
                 rows = self._db.execute(
-                    "SELECT id, hook, request_id, accepted_at, owner, spec, processes FROM runs "
+                    "SELECT id, hook, request_id, accepted_at, owner, spec, processes, attempt FROM runs "
                     "WHERE state IN (?, ?) ORDER BY id",
                     (ACCEPTED, RUNNING),
                 ).fetchall()
                 claimed: list[LeftOver] = []
-                for run_id, hook, request_id, accepted_at, owner, spec, processes in rows:
+                for run_id, hook, request_id, accepted_at, owner, spec, processes, attempt in rows:
                     boot, _, pid = str(owner).rpartition(":")
                     if owner == me and run_id > self._opened_at_id:
                         continue  # this process's own run (a claim tried again after a full disk)
@@ -420,13 +493,15 @@ class Journal:
                         continue  # a live sibling worker's run
                     try:
                         run_spec = RunSpec.from_json(hook, request_id, spec)
-                        left = LeftOver(run_id, accepted_at, run_spec, tuple(_processes_from(processes)))
+                        previous = tuple(_processes_from(processes))
+                        left = LeftOver(run_id, accepted_at, run_spec, previous, int(attempt) + 1)
                     except (ValueError, KeyError, TypeError):
                         log.output(f"run journal: run {run_id} of hook {hook} cannot be read; not replayed")
                         self._db.execute(_FINISH, (FINISHED, "unreadable", run_id))
                         continue
                     self._db.execute(
-                        "UPDATE runs SET state = ?, owner = ? WHERE id = ?", (ACCEPTED, me, run_id)
+                        "UPDATE runs SET state = ?, owner = ?, attempt = attempt + 1 WHERE id = ?",
+                        (ACCEPTED, me, run_id),
                     )
                     claimed.append(left)
                 self._db.execute("COMMIT")

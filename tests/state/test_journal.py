@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import io
 import os
-import resource
 import signal
 import sqlite3
 import stat
@@ -20,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from journal_faults import failing_disk
 
 from hookrunner.ops import metrics
 from hookrunner.run.processes import ProcessId
@@ -106,7 +106,10 @@ print(len(Journal(sys.argv[1], sys.argv[2]).claim_left_overs()))
 
 def claim_in_child(state: Path, boot: str) -> int:
     result = subprocess.run(
-        [sys.executable, "-c", CLAIM_CHILD, str(state), boot], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", CLAIM_CHILD, str(state), boot],
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=True,
     )
     return int(result.stdout)
@@ -198,7 +201,9 @@ def test_folder_and_files_are_private(tmp_path: Path) -> None:
     journal.close()
 
 
-def test_a_corrupt_file_is_refused_with_a_clear_line_and_left_alone(tmp_path: Path, logged: io.StringIO) -> None:
+def test_a_corrupt_file_is_refused_with_a_clear_line_and_left_alone(
+    tmp_path: Path, logged: io.StringIO
+) -> None:
     path = tmp_path / FILE_NAME
     garbage = b"this is not a database at all\n" * 200
     path.write_bytes(garbage)
@@ -275,25 +280,13 @@ def test_a_read_only_folder_is_refused(tmp_path: Path) -> None:
         tmp_path.chmod(0o755)
     result = subprocess.run(
         [sys.executable, "-c", READ_ONLY_CHILD, str(state)],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"refused: cannot open {state / FILE_NAME}: Permission denied"
-
-
-@contextlib.contextmanager
-def failing_disk(state: Path) -> Iterator[None]:
-    """A disk that fails the journal's writes, as the process sees it: the write-ahead log cannot grow past
-    its size (EFBIG: SQLite's "disk I/O error")."""
-    wal = state / (FILE_NAME + "-wal")
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (wal.stat().st_size, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, old)
 
 
 @contextlib.contextmanager
@@ -521,7 +514,10 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_a_run_that_finished_while_the_disk_was_full_is_not_replayed_after_a_kill_9(tmp_path: Path) -> None:
     child = subprocess.run(
         [sys.executable, "-c", DIES_WHILE_FULL_CHILD, str(tmp_path)],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert child.returncode == -signal.SIGKILL, (child.returncode, child.stdout, child.stderr)
     assert child.stdout.split() == ["False"]  # the journal could not write when it died
@@ -575,8 +571,19 @@ def test_a_sigkill_in_the_middle_of_a_journal_write_loses_no_acknowledged_run(tm
     first = 0
     for round_, kill_after in enumerate((0, 3, 1, 5, 2)):
         child = subprocess.run(
-            [sys.executable, "-c", MID_WRITE_CHILD, str(state), f"boot-{round_}", str(first), str(kill_after)],
-            capture_output=True, text=True, timeout=120, check=False,
+            [
+                sys.executable,
+                "-c",
+                MID_WRITE_CHILD,
+                str(state),
+                f"boot-{round_}",
+                str(first),
+                str(kill_after),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert child.returncode == -signal.SIGKILL, (child.returncode, child.stdout, child.stderr)
         printed = [int(line) for line in child.stdout.split()]
