@@ -1,0 +1,312 @@
+"""The worker's side of the run owner (docs/run-state.md, issue 32 step 6): the surface serving uses of a
+CommandRunner, with every run prepared here and admitted, started and waited for by the owner
+(run/owner.py says what the connection carries)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from hookrunner.hooks.model import Hook
+from hookrunner.hooks.request import Request
+from hookrunner.ops.log import log
+from hookrunner.run import wire
+from hookrunner.run.executor import START_WAIT, STARTS_AHEAD, CommandResult
+from hookrunner.run.history import Recorder
+from hookrunner.run.prepare import coalesce_group, prepare
+from hookrunner.run.runorder import run_messages
+from hookrunner.run.spawn import Listener, StartSignal, Waits
+from hookrunner.state.backend import StateUnavailable
+from hookrunner.state.journal import Journal, JournalUnwritable, LeftOver
+from hookrunner.state.slots import Busy
+
+#: How long a run waits for the owner's answer (admitted, busy, ...) before its request fails as
+#: OwnerUnavailable; and how long a send to the owner may wait for room in the connection.
+ANSWER_WAIT = 10.0
+
+#: How long a submit waits for the owner's `hello` while there is none (the worker's start, an owner being
+#: restarted by the master) before it fails as OwnerUnavailable.
+HELLO_WAIT = 1.0
+
+#: How many seconds a request refused for want of an owner tells its client to wait.
+RETRY_AFTER = 1
+
+
+class OwnerUnavailable(StateUnavailable):
+    """The run owner is gone, restarted (a new epoch), or does not answer: a request waiting on a run it
+    sent is failed with this, and new runs are refused until the owner's `hello`. Answered 503 with
+    Retry-After, like the run state's other unavailability."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why, RETRY_AFTER)
+
+
+class RunRefused(Exception):
+    """The owner could not read this run's message, or could not admit it (no thread for it): a fault, not
+    a limit."""
+
+
+class _Sent:
+    """A run sent to the owner, until both its answer and its exit have come."""
+
+    def __init__(self, hook_id: str, epoch: int, answered: StartSignal, started: StartSignal) -> None:
+        self.hook_id = hook_id
+        self.epoch = epoch
+        self.future: Future[CommandResult] = Future()
+        self.answered = answered
+        self.started = started
+        self.how: str | None = None
+        self.error: Exception | None = None
+        self.chunks: list[bytes] = []
+        self.on_output: Listener | None = None
+        self.has_started = False
+
+
+class OwnerClient:
+    """What a worker runs hooks with once the owner holds the runs: submit(), start() and run() as a
+    CommandRunner's, each run sent to the owner over the worker's connection and its future resolved by
+    this client's reader (a thread, or a greenlet: `spawn` decides). `running` and `queued` are this
+    worker's runs as the owner told them, not the host's."""
+
+    def __init__(self, sock: socket.socket, spawn: Callable[[Callable[[], None]], None]) -> None:
+        self._sock = sock
+        self._spawn = spawn
+        sock.settimeout(ANSWER_WAIT)
+        #: How a request waits for the run whose output it answers with (the gevent worker replaces it).
+        self.wait_for: Callable[[Future[CommandResult]], CommandResult] = Future.result
+        #: What the answers' and starts' waits are made of (the gevent worker's, with use()).
+        self.waits = Waits()
+        self.start_wait = START_WAIT
+        self.answer_wait = ANSWER_WAIT
+        self.hello_wait = HELLO_WAIT
+        # What serving sets on a runner: the owner keeps the journal and the history, so these stay None.
+        self.journal: Journal | None = None
+        self.history: Recorder | None = None
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._numbers = itertools.count(1)
+        self._sent: dict[int, _Sent] = {}
+        self._ahead: set[int] = set()
+        self._epoch = 0  # the epoch of the owner that said hello last; 0: none yet, or it is gone
+        self._hello = threading.Event()
+        self._closing = False
+        #: The pid and epoch of the owner whose hello came last.
+        self.owner_pid = 0
+
+    def use(self, waits: Waits) -> None:
+        self.waits = waits
+
+    def connect(self, generation: int = 0) -> None:
+        """Say hello to the owner, and start the reader."""
+        hello = {"version": wire.VERSION, "pid": os.getpid(), "generation": generation}
+        self._send([wire.Message("hello", hello)])
+        self._spawn(self._read)
+
+    # --- CommandRunner's surface --------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        """This worker's runs whose process the owner said had started and that have not ended."""
+        with self._lock:
+            return sum(1 for sent in self._sent.values() if sent.has_started and not sent.future.done())
+
+    @property
+    def queued(self) -> int:
+        """This worker's runs the owner admitted to wait (queued or coalesced) that have not started."""
+        with self._lock:
+            waiting = [s for s in self._sent.values() if s.how in ("queued", "coalesced")]
+            return sum(1 for sent in waiting if not (sent.has_started or sent.future.done()))
+
+    @property
+    def ahead(self) -> int:
+        """Background runs answered before their process started that have not started yet."""
+        return len(self._ahead)
+
+    @property
+    def closing(self) -> bool:
+        """Whether shutdown has given up waiting for this worker's runs (they go on in the owner)."""
+        return self._closing
+
+    def submit(
+        self, hook: Hook, req: Request, started_first: bool = False, on_output: Listener | None = None
+    ) -> Future[CommandResult]:
+        """Send a run to the owner and return its future once admitted; raises Busy, JournalUnwritable and
+        StateUnavailable (OwnerUnavailable among them) as the owner answers, RunRefused for a fault. With
+        `started_first`, as CommandRunner's: a run admitted to start now has started (or waited
+        `start_wait`) when this returns, unless it is the only one answered and not yet started."""
+        spec = prepare(hook, req)
+        group = coalesce_group(hook, req)
+        if not self._hello.is_set() and not self._hello.wait(self.hello_wait):
+            raise OwnerUnavailable("no run owner")
+        number = next(self._numbers)
+        sent = _Sent(hook.id, self._epoch, self.waits.event(), self.waits.event())
+        sent.on_output = on_output
+        with self._lock:
+            self._sent[number] = sent
+        try:
+            self._send(run_messages(number, hook, spec, group, hook.capture_output, on_output is not None))
+        except (OSError, wire.PeerGone, wire.WireError) as exc:
+            self._forget(number)
+            raise OwnerUnavailable(f"cannot send a run to the run owner: {exc}") from None
+        if not sent.answered.wait(self.answer_wait):
+            self._forget(number)
+            raise OwnerUnavailable(f"the run owner did not answer in {self.answer_wait:g}s")
+        if sent.error is not None:
+            raise sent.error
+        if started_first and sent.how == "started":
+            if len(self._ahead) >= STARTS_AHEAD:
+                sent.started.wait(self.start_wait)
+            if not sent.has_started and not sent.future.done():
+                self._ahead.add(number)
+                if sent.has_started or sent.future.done():  # it started meanwhile
+                    self._ahead.discard(number)
+        return sent.future
+
+    def start(self, hook: Hook, req: Request) -> None:
+        """Run in the background (webhook's `go handleHook`); raises like submit."""
+        self.submit(hook, req, started_first=True)
+
+    def run(self, hook: Hook, req: Request) -> CommandResult:
+        """Run the hook's command for this request and wait for it (through the owner, under its limits)."""
+        return self.wait_for(self.submit(hook, req))
+
+    def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int:
+        """Nothing: the owner alone replays the journal."""
+        return 0
+
+    def shutdown(self, grace: float) -> None:
+        """Wait up to `grace` seconds for this worker's runs to end; the runs themselves are the owner's and
+        go on whatever this worker does."""
+        deadline = time.monotonic() + max(grace, 0.0)
+        while True:
+            with self._lock:
+                waiting = [sent.future for sent in self._sent.values() if not sent.future.done()]
+            if not waiting or time.monotonic() >= deadline:
+                break
+            self.waits.sleep(min(0.05, deadline - time.monotonic()))
+        self._closing = bool(waiting)
+
+    def close(self) -> None:
+        """Let the connection go: the reader ends, and every run still waited on fails as OwnerUnavailable."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    # --- the connection -----------------------------------------------------------------------------
+
+    def _send(self, messages: Any) -> None:
+        with self._send_lock:
+            for message in messages:
+                wire.send(self._sock, message)
+
+    def _forget(self, number: int) -> None:
+        with self._lock:
+            self._sent.pop(number, None)
+        self._ahead.discard(number)
+
+    def _read(self) -> None:
+        """The reader: every message from the owner until the connection ends."""
+        try:
+            while True:
+                try:
+                    message, _fds = wire.receive(self._sock)
+                except TimeoutError:
+                    continue
+                except wire.WireError as exc:
+                    log.output(f"run owner client: a packet from the run owner refused: {exc}")
+                    continue
+                except (wire.PeerGone, OSError, ValueError):
+                    break
+                self._handle(message)
+        finally:
+            self._hello.clear()
+            self._epoch = 0
+            self._fail(lambda sent: True, "the run owner is gone")
+            self._sock.close()
+
+    def _handle(self, message: wire.Message) -> None:
+        kind = message.kind
+        if kind == "hello":
+            epoch = message.get("epoch")
+            if message.get("version") != wire.VERSION or not isinstance(epoch, int):
+                log.output(f"run owner client: a hello of version {message.get('version')!r} ignored")
+                return
+            if epoch != self._epoch:
+                # Whatever was sent to an earlier owner and is not answered is lost with it.
+                self._fail(lambda sent: sent.epoch != epoch, "the run owner was restarted")
+            self._epoch = epoch
+            self.owner_pid = message.get("owner") or 0
+            self._hello.set()
+            return
+        number = message.get("id")
+        with self._lock:
+            sent = self._sent.get(number) if isinstance(number, int) else None
+        if sent is None:
+            return  # a run this worker no longer waits on (it gave up on the answer)
+        if kind == "admitted":
+            sent.how = str(message.get("how"))
+            if sent.future.done():
+                self._forget(number)
+            sent.answered.set()
+        elif kind in ("busy", "unavailable", "refused"):
+            sent.error = _refusal(kind, message, sent.hook_id)
+            sent.answered.set()
+            self._forget(number)
+        elif kind == "started":
+            sent.has_started = True
+            self._ahead.discard(number)
+            sent.started.set()
+        elif kind in ("out", "result"):
+            sent.chunks.append(message.data)
+            if kind == "out" and sent.on_output is not None:
+                sent.on_output(message.data)
+        elif kind == "exit":
+            self._ahead.discard(number)
+            sent.started.set()
+            error = message.get("error")
+            output = b"".join(sent.chunks) + message.data
+            result = CommandResult(output, error if isinstance(error, str) else None)
+            sent.chunks = []
+            if sent.how is not None:  # else the exit came before the answer: forgotten once answered
+                self._forget(number)
+            sent.future.set_result(result)
+
+    def _fail(self, which: Callable[[_Sent], bool], why: str) -> None:
+        """Fail the runs sent and not ended that `which` picks: their requests get OwnerUnavailable."""
+        with self._lock:
+            picked = [(number, sent) for number, sent in self._sent.items() if which(sent)]
+            for number, _sent in picked:
+                del self._sent[number]
+        for number, sent in picked:
+            self._ahead.discard(number)
+            error = OwnerUnavailable(why)
+            if sent.how is None:
+                sent.error = error
+                sent.answered.set()
+            if not sent.future.done():
+                sent.future.set_exception(error)
+            sent.started.set()
+
+
+def _refusal(kind: str, message: wire.Message, hook_id: str) -> Exception:
+    """The error a refused run's submit raises."""
+    retry_after = message.get("retry_after")
+    retry_after = retry_after if isinstance(retry_after, int) and not isinstance(retry_after, bool) else 5
+    why = str(message.get("why") or kind)
+    if kind == "busy":
+        return Busy(hook_id, retry_after)
+    if kind == "unavailable":
+        journal = message.get("journal")
+        if isinstance(journal, str):
+            error = JournalUnwritable(journal)
+            error.retry_after = retry_after
+            return error
+        return StateUnavailable(why, retry_after)
+    return RunRefused(why)
