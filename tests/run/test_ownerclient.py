@@ -243,50 +243,36 @@ def test_a_request_prepares_the_same_run_in_the_owner() -> None:
     assert order.spec == spec and order.group is None
 
 
+BODY = b'{"command":"c","argv":["c"],"env":[],"cwd":"","group":null}'
+GOOD = {
+    "id": 1, "spec": len(BODY), "files": [], "hook": "h", "request": "r", "timeout": 1, "replay": True,
+    "limits": [0, 0, False, 5], "capture": False, "stream": False,
+}  # fmt: skip
+
+
+def test_the_run_message_the_next_test_spoils_is_a_good_one() -> None:
+    assert run_order(Message("run", GOOD, BODY)).spec == RunSpec("h", "r", "c", ("c",), (), (), "")
+
+
 @pytest.mark.parametrize(
-    "fields",
+    ("fields", "body"),
     [
-        {},
-        {"id": "1"},
-        {"id": True, "spec": 2},
-        {
-            "id": 1,
-            "spec": 2,
-            "files": [],
-            "hook": "h",
-            "request": "r",
-            "timeout": "1",
-            "replay": True,
-            "limits": [0, 0, False, 5],
-            "capture": False,
-            "stream": False,
-        },
-        {
-            "id": 1,
-            "spec": 2,
-            "files": [["X", 5]],
-            "hook": "h",
-            "request": "r",
-            "timeout": 1,
-            "replay": True,
-            "limits": [0, 0, False, 5],
-            "capture": False,
-            "stream": False,
-        },
-        {
-            "id": 1,
-            "spec": 2,
-            "files": [],
-            "hook": "h",
-            "request": "r",
-            "timeout": 1,
-            "replay": True,
-            "limits": [0, 0, "no", 5],
-            "capture": False,
-            "stream": False,
-        },
+        ({}, BODY),
+        ({**GOOD, "id": "1"}, BODY),
+        ({**GOOD, "id": True}, BODY),
+        ({**GOOD, "timeout": "1"}, BODY),
+        ({**GOOD, "files": [["X", 5]]}, BODY),
+        ({**GOOD, "files": [["X", -1]]}, BODY + b"x"),
+        ({**GOOD, "limits": [0, 0, "no", 5]}, BODY),
+        ({**GOOD, "limits": [0, 0]}, BODY),
+        ({**GOOD, "spec": len(BODY) + 1}, BODY),
+        (GOOD, b'["c"]' + b" " * (len(BODY) - 5)),
+        (GOOD, b"\xff" * len(BODY)),
+        ({**GOOD, "hook": None}, BODY),
     ],
 )
-def test_a_run_message_that_does_not_say_what_to_run_is_a_wire_error(fields: dict[str, object]) -> None:
+def test_a_run_message_that_does_not_say_what_to_run_is_a_wire_error(
+    fields: dict[str, object], body: bytes
+) -> None:
     with pytest.raises(WireError):
-        run_order(Message("run", fields, b"{}"))
+        run_order(Message("run", fields, body))
