@@ -277,7 +277,10 @@ class Owner:
                     continue
                 except (PeerGone, OSError, ValueError):  # ValueError: the socket closed under us
                     break
-                self._handle(connection, message)
+                try:
+                    self._handle(connection, message)
+                except Exception as exc:  # noqa: BLE001 - one message's fault, never the owner's end
+                    log.output(f"run owner: a {message.kind} message from worker {pid} failed: {exc!r}")
         finally:
             with self._lock:
                 if self._connections.get(pid) is connection:

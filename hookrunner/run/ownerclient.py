@@ -140,6 +140,11 @@ class OwnerClient:
         StateUnavailable (OwnerUnavailable among them) as the owner answers, RunRefused for a fault. With
         `started_first`, as CommandRunner's: a run admitted to start now has started (or waited
         `start_wait`) when this returns, unless it is the only one answered and not yet started."""
+        return self._submit(hook, req, started_first, on_output, hook.capture_output)
+
+    def _submit(
+        self, hook: Hook, req: Request, started_first: bool, on_output: Listener | None, capture: bool
+    ) -> Future[CommandResult]:
         spec = prepare(hook, req)
         group = coalesce_group(hook, req)
         if not self._hello.is_set() and not self._hello.wait(self.hello_wait):
@@ -150,7 +155,7 @@ class OwnerClient:
         with self._lock:
             self._sent[number] = sent
         try:
-            self._send(run_messages(number, hook, spec, group, hook.capture_output, on_output is not None))
+            self._send(run_messages(number, hook, spec, group, capture, on_output is not None))
         except (OSError, wire.PeerGone, wire.WireError) as exc:
             self._forget(number)
             raise OwnerUnavailable(f"cannot send a run to the run owner: {exc}") from None
@@ -173,8 +178,9 @@ class OwnerClient:
         self.submit(hook, req, started_first=True)
 
     def run(self, hook: Hook, req: Request) -> CommandResult:
-        """Run the hook's command for this request and wait for it (through the owner, under its limits)."""
-        return self.wait_for(self.submit(hook, req))
+        """Run the hook's command for this request and wait for its output (through the owner, under its
+        limits)."""
+        return self.wait_for(self._submit(hook, req, False, None, True))
 
     def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int:
         """Nothing: the owner alone replays the journal."""
@@ -266,7 +272,10 @@ class OwnerClient:
         elif kind in ("out", "result"):
             sent.chunks.append(message.data)
             if kind == "out" and sent.on_output is not None:
-                sent.on_output(message.data)
+                try:
+                    sent.on_output(message.data)
+                except Exception as exc:  # noqa: BLE001 - that request's listener, not the reader's end
+                    log.output(f"run owner client: run {number}'s output listener failed: {exc!r}")
         elif kind == "exit":
             self._ahead.discard(number)
             sent.started.set()

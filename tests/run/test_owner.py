@@ -295,3 +295,10 @@ def test_runs_of_many_threads_each_get_their_own_exit(three: Host, tmp_path: Pat
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(one, range(60)))
     assert results == {str(n): f"{n}\n".encode() for n in range(60)}
+
+
+def test_run_answers_with_the_output_even_for_a_hook_that_does_not_capture(
+    three: Host, tmp_path: Path
+) -> None:
+    command = script(tmp_path / "echo", 'echo "$1"\n')
+    assert three.clients[0].run(hook(command), request("r", n="said")) == CommandResult(b"said\n")

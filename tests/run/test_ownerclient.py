@@ -276,3 +276,26 @@ def test_a_run_message_that_does_not_say_what_to_run_is_a_wire_error(
 ) -> None:
     with pytest.raises(WireError):
         run_order(Message("run", fields, body))
+
+
+def test_a_listener_that_fails_costs_only_its_own_chunks(
+    pair: tuple[OwnerClient, ScriptedOwner], pool
+) -> None:
+    client, owner = pair
+
+    def broken(chunk: bytes) -> None:
+        raise RuntimeError("a client that went away")
+
+    asked = pool.submit(client.submit, ECHO, request("r1", n="x"), False, broken)
+    run = owner.next_run()
+    owner.answer("admitted", run["id"], how="started")
+    owner.answer("out", run["id"], b"lost on the listener, kept in the result")
+    owner.answer("exit", run["id"], error=None)
+    assert asked.result(timeout=5).result(timeout=5) == CommandResult(
+        b"lost on the listener, kept in the result"
+    )
+    after = pool.submit(client.submit, ECHO, request("r2", n="y"))  # the reader reads on
+    run = owner.next_run()
+    owner.answer("busy", run["id"], retry_after=1)
+    with pytest.raises(Busy):
+        after.result(timeout=5)
