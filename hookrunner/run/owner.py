@@ -27,7 +27,6 @@ only what would have been sent to it is dropped.
 from __future__ import annotations
 
 import os
-import select
 import socket
 import threading
 import time
@@ -39,6 +38,7 @@ from hookrunner.ops.log import log
 from hookrunner.run import wire
 from hookrunner.run.executor import CommandResult, CommandRunner
 from hookrunner.run.runorder import RunOrder, run_order
+from hookrunner.run.spawn import Waits
 from hookrunner.run.wire import Message, PeerGone, WireError
 from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.journal import JournalUnwritable
@@ -68,11 +68,14 @@ class _Connection:
     sent). A connection whose outbox holds more than `bound` bytes of messages, or whose socket has taken
     nothing for `stall` seconds while something waits, is cut off, as if the worker had died."""
 
-    def __init__(self, sock: socket.socket, worker_pid: int, spawn: Spawn, bound: int, stall: float) -> None:
+    def __init__(
+        self, sock: socket.socket, worker_pid: int, spawn: Spawn, waits: Waits, bound: int, stall: float
+    ) -> None:
         sock.setblocking(False)
         self.sock = sock
         self.worker_pid = worker_pid
         self._spawn = spawn
+        self.waits = waits
         self._bound = bound
         self._stall = stall
         self._lock = threading.Lock()
@@ -140,17 +143,23 @@ class _Connection:
                 self._pulled = None
 
     def _flush(self) -> None:
-        """Send what the outbox holds as the socket takes it, until it is empty or the connection ends."""
+        """Send what the outbox holds as the socket takes it, until it is empty or the connection ends. It
+        looks again after a pause that grows while the socket takes nothing (1 to 50 ms): the waits of run/
+        spawn.py, on threads or on the owner's loop, have no wait for a socket's room, and an outbox that
+        is not empty is rare (a worker that reads slower than its runs' output comes)."""
+        pause = 0.001
         try:
             while True:
                 with self._lock:
+                    moved = self._moved
                     self._drain()
                     if not self.closed and self._outbox and time.monotonic() - self._moved > self._stall:
                         self._cut(f"has taken no answer for {self._stall:g}s")
                     if self.closed or not self._outbox:
                         self._flushing = False
                         return
-                select.select([], [self.sock], [], 0.25)
+                    pause = 0.001 if self._moved != moved else min(pause * 2, 0.05)
+                self.waits.sleep(pause)
         except (OSError, ValueError):  # closed under us
             return
         finally:
@@ -237,8 +246,11 @@ class Owner:
 
     def attach(self, sock: socket.socket, worker_pid: int) -> None:
         """Take over a worker's connection: send `hello`, then serve it (on a reader of its own, started with
-        `spawn`; this returns at once) until it ends. A connection the worker had before is let go."""
-        connection = _Connection(sock, worker_pid, self._spawn, self._outbox_bound, self._outbox_stall)
+        `spawn`; this returns at once) until it ends. A connection the worker had before is let go. Its
+        reader waits the way the runner's `waits` do (on the owner's loop: set with runner.use() first)."""
+        connection = _Connection(
+            sock, worker_pid, self._spawn, self.runner.waits, self._outbox_bound, self._outbox_stall
+        )
         with self._lock:
             previous = self._connections.pop(worker_pid, None)
             self._connections[worker_pid] = connection
@@ -270,7 +282,7 @@ class Owner:
                 try:
                     message, _fds = wire.receive(connection.sock)
                 except BlockingIOError:
-                    select.select([connection.sock], [], [])
+                    connection.waits.readable(connection.sock.fileno(), 1.0)
                     continue
                 except WireError as exc:
                     log.output(f"run owner: a packet from worker {pid} refused: {exc}")

@@ -9,9 +9,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from typing import Any
 
 from hookrunner.hooks.model import Hook
 from hookrunner.hooks.request import Request
@@ -77,7 +76,7 @@ class OwnerClient:
     def __init__(self, sock: socket.socket, spawn: Callable[[Callable[[], None]], None]) -> None:
         self._sock = sock
         self._spawn = spawn
-        sock.settimeout(ANSWER_WAIT)
+        sock.setblocking(False)  # waits are `waits`', on threads or on the worker's loop
         #: How a request waits for the run whose output it answers with (the gevent worker replaces it).
         self.wait_for: Callable[[Future[CommandResult]], CommandResult] = Future.result
         #: What the answers' and starts' waits are made of (the gevent worker's, with use()).
@@ -89,21 +88,21 @@ class OwnerClient:
         self.journal: Journal | None = None
         self.history: Recorder | None = None
         self._lock = threading.Lock()
-        self._send_lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._sent: dict[int, _Sent] = {}
         self._ahead: set[int] = set()
         self._epoch = 0  # the epoch of the owner that said hello last; 0: none yet, or it is gone
-        self._hello = threading.Event()
+        self._hello = False
         self._closing = False
         #: The pid and epoch of the owner whose hello came last.
         self.owner_pid = 0
 
     def use(self, waits: Waits) -> None:
+        """Wait the way `waits` do (the gevent worker's loop: serve/greenruns.py); before connect()."""
         self.waits = waits
 
     def connect(self, generation: int = 0) -> None:
-        """Say hello to the owner, and start the reader."""
+        """Say hello to the owner, and start the reader (with `spawn`)."""
         hello = {"version": wire.VERSION, "pid": os.getpid(), "generation": generation}
         self._send([wire.Message("hello", hello)])
         self._spawn(self._read)
@@ -147,8 +146,12 @@ class OwnerClient:
     ) -> Future[CommandResult]:
         spec = prepare(hook, req)
         group = coalesce_group(hook, req)
-        if not self._hello.is_set() and not self._hello.wait(self.hello_wait):
-            raise OwnerUnavailable("no run owner")
+        if not self._hello:
+            deadline = time.monotonic() + self.hello_wait
+            while not self._hello and time.monotonic() < deadline:
+                self.waits.sleep(0.01)
+            if not self._hello:
+                raise OwnerUnavailable("no run owner")
         number = next(self._numbers)
         sent = _Sent(hook.id, self._epoch, self.waits.event(), self.waits.event())
         sent.on_output = on_output
@@ -207,10 +210,22 @@ class OwnerClient:
 
     # --- the connection -----------------------------------------------------------------------------
 
-    def _send(self, messages: Any) -> None:
-        with self._send_lock:
-            for message in messages:
-                wire.send(self._sock, message)
+    def _send(self, messages: Iterable[wire.Message]) -> None:
+        """Send `messages` in order; each is one packet, which the kernel keeps whole, so runs sent at once
+        may interleave their packets. A socket with no room is tried again after a pause that grows (1 to
+        50 ms: the waits have no wait for a socket's room), up to `answer_wait`."""
+        deadline = time.monotonic() + self.answer_wait
+        for message in messages:
+            pause = 0.001
+            while True:
+                try:
+                    wire.send(self._sock, message)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError("the run owner takes no more") from None
+                    self.waits.sleep(pause)
+                    pause = min(pause * 2, 0.05)
 
     def _forget(self, number: int) -> None:
         with self._lock:
@@ -223,7 +238,8 @@ class OwnerClient:
             while True:
                 try:
                     message, _fds = wire.receive(self._sock)
-                except TimeoutError:
+                except BlockingIOError:
+                    self.waits.readable(self._sock.fileno(), 1.0)
                     continue
                 except wire.WireError as exc:
                     log.output(f"run owner client: a packet from the run owner refused: {exc}")
@@ -232,7 +248,7 @@ class OwnerClient:
                     break
                 self._handle(message)
         finally:
-            self._hello.clear()
+            self._hello = False
             self._epoch = 0
             self._fail(lambda sent: True, "the run owner is gone")
             self._sock.close()
@@ -249,7 +265,7 @@ class OwnerClient:
                 self._fail(lambda sent: sent.epoch != epoch, "the run owner was restarted")
             self._epoch = epoch
             self.owner_pid = message.get("owner") or 0
-            self._hello.set()
+            self._hello = True
             return
         number = message.get("id")
         with self._lock:
