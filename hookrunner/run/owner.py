@@ -8,15 +8,17 @@ What a worker's connection carries (the worker's side is run/ownerclient.py):
   the old owner and that is not answered is lost).
 - worker -> owner `hello` {version, pid, generation}: the worker's first message. `part` {id} + bytes: the
   start of run `id`'s body when it does not fit one packet. `run` {id, hook, request, spec, files,
-  timeout, replay, limits, capture, stream} + bytes (run/runorder.py).
+  timeout, replay, limits, capture, stream, started} + bytes (run/runorder.py).
 - owner -> worker, for run `id`: first `admitted` {id, how} (how: started, queued or coalesced) or `busy`
   {id, retry_after} or `unavailable` {id, retry_after, why, journal} (the journal cannot record it: 503)
-  or `refused` {id, why} (a run message it cannot read). Then `started` {id, pid} once its process has
-  started (not for a request coalesced into another's run); for `stream`, `out` {id} + bytes, each chunk
-  as it is read; `result` {id} + bytes, pieces of the whole output for `capture` (and for a stream whose
-  chunks went to another request's stream: the run it was coalesced into); and last `exit` {id, error} +
-  the output's last piece. `started`, `out` and `exit` may come before `admitted`: a run can start, and
-  even end, before its admission's answer is sent. Every run gets its `exit`, whatever it asked for.
+  or `refused` {id, why} (a run message it cannot read). Then, when the run asked for it (`started`: a
+  background run answered once it has started), `started` {id, pid} once its process has started (not
+  for a request coalesced into another's run: that process is another request's); for `stream`, `out`
+  {id} + bytes, each chunk as it is read; `result` {id} + bytes, pieces of the whole output for `capture`
+  (and for a stream whose chunks went to another request's stream: the run it was coalesced into); and
+  last `exit` {id, error} + the output's last piece. `started`, `out` and `exit` may come before
+  `admitted`: a run can start, and even end, before its admission's answer is sent. Every run gets its
+  `exit`, whatever it asked for.
 
 The owner never waits on a worker: sends are non-blocking, and what a worker's socket cannot take now
 waits in that connection's outbox, bounded (OUTBOX_BOUND); past it the connection is cut off, as if the
@@ -338,8 +340,9 @@ class Owner:
         """Admit one run and answer how; its start, output and exit are told as they come."""
         asked = _Asked(connection, order)
         number = order.number
-        with self._lock:
-            self._starting.setdefault(asked.request_id, []).append(asked)
+        if order.tell_start:
+            with self._lock:
+                self._starting.setdefault(asked.request_id, []).append(asked)
         try:
             future, how = self.runner.submit_prepared(
                 order.hook, order.spec, order.group, asked.stream if order.stream else None

@@ -111,9 +111,11 @@ class OwnerClient:
 
     @property
     def running(self) -> int:
-        """This worker's runs whose process the owner said had started and that have not ended."""
+        """This worker's runs the owner started (or admitted to start now: only a background run is told
+        of its start) that have not ended."""
         with self._lock:
-            return sum(1 for sent in self._sent.values() if sent.has_started and not sent.future.done())
+            began = [s for s in self._sent.values() if s.has_started or s.how == "started"]
+            return sum(1 for sent in began if not sent.future.done())
 
     @property
     def queued(self) -> int:
@@ -158,7 +160,7 @@ class OwnerClient:
         with self._lock:
             self._sent[number] = sent
         try:
-            self._send(run_messages(number, hook, spec, group, capture, on_output is not None))
+            self._send(run_messages(number, hook, spec, group, capture, on_output is not None, started_first))
         except (OSError, wire.PeerGone, wire.WireError) as exc:
             self._forget(number)
             raise OwnerUnavailable(f"cannot send a run to the run owner: {exc}") from None

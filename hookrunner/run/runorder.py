@@ -21,8 +21,9 @@ _HEADER_ROOM = 4096
 @dataclass(frozen=True)
 class RunOrder:
     """A run as the owner receives it: what the executor starts (`hook`, a stand-in carrying the command,
-    its folder, timeout, replay and limits; `spec`), the coalesce `group`, and whether the worker answers
-    with the output (`capture`) or streams it (`stream`)."""
+    its folder, timeout, replay and limits; `spec`), the coalesce `group`, whether the worker answers
+    with the output (`capture`) or streams it (`stream`), and whether it waits to be told of the start
+    (`tell_start`: a background run answered once started)."""
 
     number: int
     hook: Hook
@@ -30,10 +31,17 @@ class RunOrder:
     group: str | None
     capture: bool
     stream: bool
+    tell_start: bool = False
 
 
 def run_messages(
-    number: int, hook: Hook, spec: RunSpec, group: str | None, capture: bool, stream: bool
+    number: int,
+    hook: Hook,
+    spec: RunSpec,
+    group: str | None,
+    capture: bool,
+    stream: bool,
+    tell_start: bool = False,
 ) -> Iterator[Message]:
     """The messages that carry run `number` to the owner: `part`s of the body, then `run`. The body is the
     spec's JSON (argv, variables, command, folder, coalesce group) followed by the files' contents, so no
@@ -62,6 +70,7 @@ def run_messages(
         "limits": [limits.max_concurrency, limits.max_queue, limits.coalesce, limits.retry_after],
         "capture": capture,
         "stream": stream,
+        "started": tell_start,
     }
     room = MAX_PACKET - _HEADER_ROOM - len(json.dumps(fields, ensure_ascii=True))
     while len(body) > room:
@@ -121,6 +130,7 @@ def run_order(message: Message, parts: bytes = b"") -> RunOrder:
             group=None if group is None else _typed(group, str),
             capture=_typed(message["capture"], bool),
             stream=_typed(message["stream"], bool),
+            tell_start=_typed(message.get("started", False), bool),
         )
     except WireError:
         raise

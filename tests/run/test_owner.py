@@ -253,7 +253,8 @@ def test_a_malformed_packet_is_refused_and_the_owner_serves_on(
         pass
     command = script(tmp_path / "ok", "echo ok\n")
     ok = hook(command, capture_output=True)
-    for message in run_messages(9, ok, prepare(ok, request("r", n="x")), None, capture=True, stream=False):
+    spec = prepare(ok, request("r", n="x"))
+    for message in run_messages(9, ok, spec, None, capture=True, stream=False, tell_start=True):
         wire.send(raw, message)
     answers = []
     while not answers or answers[-1].kind != "exit":
@@ -302,3 +303,18 @@ def test_run_answers_with_the_output_even_for_a_hook_that_does_not_capture(
 ) -> None:
     command = script(tmp_path / "echo", 'echo "$1"\n')
     assert three.clients[0].run(hook(command), request("r", n="said")) == CommandResult(b"said\n")
+
+
+def test_a_run_that_does_not_ask_for_its_start_gets_only_its_answer_and_exit(
+    three: Host, tmp_path: Path
+) -> None:
+    """A capture run's request waits for the exit: a `started` would be one more wake-up of the worker."""
+    raw = three.raw_worker(401)
+    assert wire.receive(raw)[0].kind == "hello"
+    ok = hook(script(tmp_path / "ok", "echo ok\n"), capture_output=True)
+    for message in run_messages(3, ok, prepare(ok, request("r", n="x")), None, capture=True, stream=False):
+        wire.send(raw, message)
+    assert sorted(wire.receive(raw)[0].kind for _ in range(2)) == ["admitted", "exit"]  # either order
+    raw.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        raw.recv(wire.MAX_PACKET)
