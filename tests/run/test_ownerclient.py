@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 from owner_support import hook, limits, request, spawn, wait_until
@@ -46,6 +46,14 @@ class ScriptedOwner:
     def answer(self, kind: str, number: int, data: bytes = b"", **fields: object) -> None:
         wire.send(self.end, Message(kind, {"id": number, **fields}, data))
 
+    def admit(
+        self, asked: Future[Future[CommandResult]], how: str = "started"
+    ) -> tuple[Future[CommandResult], int]:
+        """Admit the next run (`asked`: its submit, on another thread); its future and its number."""
+        number = self.next_run()["id"]
+        self.answer("admitted", number, how=how)
+        return asked.result(timeout=5), number
+
 
 @pytest.fixture
 def pair() -> Iterator[tuple[OwnerClient, ScriptedOwner]]:
@@ -74,14 +82,11 @@ def test_an_admitted_run_resolves_with_its_output_and_exit(
     pair: tuple[OwnerClient, ScriptedOwner], pool
 ) -> None:
     client, owner = pair
-    asked = pool.submit(client.submit, ECHO, request("r1", n="x"))
-    run = owner.next_run()
-    owner.answer("admitted", run["id"], how="started")
-    future = asked.result(timeout=5)
-    owner.answer("started", run["id"], pid=99)
+    future, number = owner.admit(pool.submit(client.submit, ECHO, request("r1", n="x")))
+    owner.answer("started", number, pid=99)
     assert wait_until(lambda: client.running == 1)
-    owner.answer("result", run["id"], b"part one, ")
-    owner.answer("exit", run["id"], b"part two", error="exit status 3")
+    owner.answer("result", number, b"part one, ")
+    owner.answer("exit", number, b"part two", error="exit status 3")
     assert future.result(timeout=5) == CommandResult(b"part one, part two", "exit status 3")
     assert client.running == 0
 
@@ -139,26 +144,20 @@ def test_a_new_epoch_fails_what_the_old_owner_left_unanswered(
     pair: tuple[OwnerClient, ScriptedOwner], pool
 ) -> None:
     client, owner = pair
-    asked = pool.submit(client.submit, ECHO, request("r1", n="x"))
-    owner.answer("admitted", owner.next_run()["id"], how="queued")
-    lost = asked.result(timeout=5)
+    lost, _ = owner.admit(pool.submit(client.submit, ECHO, request("r1", n="x")), "queued")
     owner.hello(epoch=2)  # the master restarted the owner
     with pytest.raises(OwnerUnavailable, match="restarted"):
         lost.result(timeout=5)
-    asked = pool.submit(client.submit, ECHO, request("r2", n="y"))  # the new owner serves new runs
-    run = owner.next_run()
-    owner.answer("admitted", run["id"], how="started")
-    owner.answer("exit", run["id"], b"y\n", error=None)
-    assert asked.result(timeout=5).result(timeout=5) == CommandResult(b"y\n")
+    served, number = owner.admit(pool.submit(client.submit, ECHO, request("r2", n="y")))  # by the new owner
+    owner.answer("exit", number, b"y\n", error=None)
+    assert served.result(timeout=5) == CommandResult(b"y\n")
 
 
 def test_the_owner_gone_fails_waiting_runs_and_refuses_new_ones_without_a_hang(
     pair: tuple[OwnerClient, ScriptedOwner], pool
 ) -> None:
     client, owner = pair
-    asked = pool.submit(client.submit, ECHO, request("r1", n="x"))
-    owner.answer("admitted", owner.next_run()["id"], how="started")
-    waiting = asked.result(timeout=5)
+    waiting, _ = owner.admit(pool.submit(client.submit, ECHO, request("r1", n="x")))
     unanswered = pool.submit(client.submit, ECHO, request("r2", n="y"))
     owner.next_run()
     owner.end.close()
@@ -184,9 +183,7 @@ def test_started_first_waits_for_the_start_once_one_run_is_answered_ahead(
 ) -> None:
     client, owner = pair
     client.start_wait = 5.0
-    ahead = pool.submit(client.start, ECHO, request("r1", n="x"))
-    owner.answer("admitted", owner.next_run()["id"], how="started")
-    ahead.result(timeout=5)  # answered before its start: the one allowed ahead
+    owner.admit(pool.submit(client.start, ECHO, request("r1", n="x")))  # answered before its start
     assert client.ahead == 1
     second = pool.submit(client.start, ECHO, request("r2", n="y"))
     run = owner.next_run()
@@ -200,15 +197,11 @@ def test_started_first_waits_for_the_start_once_one_run_is_answered_ahead(
 def test_stream_chunks_reach_on_output_as_they_come(pair: tuple[OwnerClient, ScriptedOwner], pool) -> None:
     client, owner = pair
     chunks: list[bytes] = []
-    asked = pool.submit(client.submit, ECHO, request("r1", n="x"), False, chunks.append)
-    run = owner.next_run()
-    assert run["stream"] is True
-    owner.answer("admitted", run["id"], how="started")
-    future = asked.result(timeout=5)
-    owner.answer("out", run["id"], b"one ")
+    future, number = owner.admit(pool.submit(client.submit, ECHO, request("r1", n="x"), False, chunks.append))
+    owner.answer("out", number, b"one ")
     assert wait_until(lambda: chunks == [b"one "])
-    owner.answer("out", run["id"], b"two")
-    owner.answer("exit", run["id"], error=None)
+    owner.answer("out", number, b"two")
+    owner.answer("exit", number, error=None)
     assert future.result(timeout=5) == CommandResult(b"one two")
     assert chunks == [b"one ", b"two"]
 
@@ -286,14 +279,10 @@ def test_a_listener_that_fails_costs_only_its_own_chunks(
     def broken(chunk: bytes) -> None:
         raise RuntimeError("a client that went away")
 
-    asked = pool.submit(client.submit, ECHO, request("r1", n="x"), False, broken)
-    run = owner.next_run()
-    owner.answer("admitted", run["id"], how="started")
-    owner.answer("out", run["id"], b"lost on the listener, kept in the result")
-    owner.answer("exit", run["id"], error=None)
-    assert asked.result(timeout=5).result(timeout=5) == CommandResult(
-        b"lost on the listener, kept in the result"
-    )
+    future, number = owner.admit(pool.submit(client.submit, ECHO, request("r1", n="x"), False, broken))
+    owner.answer("out", number, b"lost on the listener, kept in the result")
+    owner.answer("exit", number, error=None)
+    assert future.result(timeout=5) == CommandResult(b"lost on the listener, kept in the result")
     after = pool.submit(client.submit, ECHO, request("r2", n="y"))  # the reader reads on
     run = owner.next_run()
     owner.answer("busy", run["id"], retry_after=1)
