@@ -4,8 +4,8 @@ prepared runs of any number of workers, each over its own SOCK_SEQPACKET connect
 What a worker's connection carries (the worker's side is run/ownerclient.py):
 
 - owner -> worker `hello` {version, owner (its pid), epoch}: sent first, on taking the connection (a new
-  owner sends it again on every connection it is given: a new epoch tells the worker that what it sent
-  the old owner and that is not answered is lost).
+  owner sends it again on every connection it is given: a new epoch tells the worker that the runs the
+  old owner admitted and had not ended are lost; runs it had not answered are the new owner's to read).
 - worker -> owner `hello` {version, pid, generation}: the worker's first message. `part` {id} + bytes: the
   start of run `id`'s body when it does not fit one packet. `run` {id, hook, request, spec, files,
   timeout, replay, limits, capture, stream, started} + bytes (run/runorder.py).

@@ -54,9 +54,8 @@ class RunRefused(Exception):
 class _Sent:
     """A run sent to the owner, until both its answer and its exit have come."""
 
-    def __init__(self, hook_id: str, epoch: int, answered: StartSignal, started: StartSignal) -> None:
+    def __init__(self, hook_id: str, answered: StartSignal, started: StartSignal) -> None:
         self.hook_id = hook_id
-        self.epoch = epoch
         self.future: Future[CommandResult] = Future()
         self.answered = answered
         self.started = started
@@ -155,7 +154,7 @@ class OwnerClient:
             if not self._hello:
                 raise OwnerUnavailable("no run owner")
         number = next(self._numbers)
-        sent = _Sent(hook.id, self._epoch, self.waits.event(), self.waits.event())
+        sent = _Sent(hook.id, self.waits.event(), self.waits.event())
         sent.on_output = on_output
         with self._lock:
             self._sent[number] = sent
@@ -263,8 +262,7 @@ class OwnerClient:
                 log.output(f"run owner client: a hello of version {message.get('version')!r} ignored")
                 return
             if epoch != self._epoch:
-                # Whatever was sent to an earlier owner and is not answered is lost with it.
-                self._fail(lambda sent: sent.epoch != epoch, "the run owner was restarted")
+                self._new_owner()
             self._epoch = epoch
             self.owner_pid = message.get("owner") or 0
             self._hello = True
@@ -304,6 +302,24 @@ class OwnerClient:
             if sent.how is not None:  # else the exit came before the answer: forgotten once answered
                 self._forget(number)
             sent.future.set_result(result)
+
+    def _new_owner(self) -> None:
+        """A new owner took the connection (its hello comes before any answer of its own): the runs an
+        earlier owner admitted and had not ended are lost with it and fail now. A run it had not answered
+        stays: its packets are still in the connection unless the dead owner read them, so the new owner
+        answers it, or `answer_wait` ends it (OwnerUnavailable). A run whose exit came but not its answer
+        is answered now."""
+        with self._lock:
+            ended = [
+                (number, sent)
+                for number, sent in self._sent.items()
+                if sent.how is None and sent.future.done()
+            ]
+        for number, sent in ended:
+            sent.how = "started"
+            self._forget(number)
+            sent.answered.set()
+        self._fail(lambda sent: sent.how is not None, "the run owner was restarted")
 
     def _fail(self, which: Callable[[_Sent], bool], why: str) -> None:
         """Fail the runs sent and not ended that `which` picks: their requests get OwnerUnavailable."""

@@ -1,6 +1,7 @@
 """A run owner on a gevent loop, in a process of its own, for tests/run/test_owner_gevent.py: as the gevent
 worker runs commands (serve/greenruns.py's GreenWaits, nothing monkey-patched), serving the connections
-whose ends it inherited (argv: fd, fd, ...) as workers 101, 102, ...; it exits once every one has ended."""
+whose ends it inherited (argv: the global cap, the epoch, then fd, fd, ...) as workers 101, 102, ...; it
+exits once every one has ended."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ def spawn(work: Callable[[], None]) -> None:
 def main() -> None:
     runner = CommandRunner(max_concurrent=int(sys.argv[1]))
     runner.use(GreenWaits())
-    owner = Owner(runner, spawn, epoch=1)
-    for n, fd in enumerate(sys.argv[2:]):
+    owner = Owner(runner, spawn, epoch=int(sys.argv[2]))
+    for n, fd in enumerate(sys.argv[3:]):
         owner.attach(socket.socket(fileno=int(fd)), 101 + n)
     print("serving", flush=True)
     while owner.workers:

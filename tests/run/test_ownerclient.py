@@ -153,6 +153,21 @@ def test_a_new_epoch_fails_what_the_old_owner_left_unanswered(
     assert served.result(timeout=5) == CommandResult(b"y\n")
 
 
+def test_a_run_no_owner_answered_waits_for_the_next_one(
+    pair: tuple[OwnerClient, ScriptedOwner], pool
+) -> None:
+    """Unread by the dead owner, its packets wait in the connection: the new owner answers it."""
+    client, owner = pair
+    asked = pool.submit(client.submit, ECHO, request("r1", n="x"))
+    number = owner.next_run()["id"]  # read by the owner that says hello next, not by the first one
+    owner.hello(epoch=2)
+    time.sleep(0.1)
+    assert not asked.done()
+    owner.answer("admitted", number, how="started")
+    owner.answer("exit", number, b"x\n", error=None)
+    assert asked.result(timeout=5).result(timeout=5) == CommandResult(b"x\n")
+
+
 def test_the_owner_gone_fails_waiting_runs_and_refuses_new_ones_without_a_hang(
     pair: tuple[OwnerClient, ScriptedOwner], pool
 ) -> None:
