@@ -18,6 +18,14 @@ from hookrunner.run import wire
 from hookrunner.run.executor import CommandRunner
 from hookrunner.run.owner import Owner
 from hookrunner.run.ownerclient import OwnerClient
+from hookrunner.run.spawn import Waits
+
+
+class LaunchingWaits(Waits):
+    """Waits on threads that say runs are launched on the serving loop, as the gevent worker's do: the
+    client then waits for a background run's start (started_first), as the gevent worker's runner does."""
+
+    launches = True
 
 
 def spawn(work: Callable[[], None]) -> None:

@@ -93,7 +93,7 @@ class OwnerClient:
         self._epoch = 0  # the epoch of the owner that said hello last; 0: none yet, or it is gone
         self._hello = False
         self._closing = False
-        #: The pid and epoch of the owner whose hello came last.
+        #: The pid of the owner whose hello came last.
         self.owner_pid = 0
 
     def use(self, waits: Waits) -> None:
@@ -138,9 +138,10 @@ class OwnerClient:
     ) -> Future[CommandResult]:
         """Send a run to the owner and return its future once admitted; raises Busy, JournalUnwritable and
         StateUnavailable (OwnerUnavailable among them) as the owner answers, RunRefused for a fault. With
-        `started_first`, as CommandRunner's: a run admitted to start now has started (or waited
-        `start_wait`) when this returns, unless it is the only one answered and not yet started."""
-        return self._submit(hook, req, started_first, on_output, hook.capture_output)
+        `started_first`, as CommandRunner's where runs are launched on the serving loop (`waits.launches`:
+        the gevent worker): a run admitted to start now has started (or waited `start_wait`) when this
+        returns, unless it is the only one answered and not yet started."""
+        return self._submit(hook, req, started_first and self.waits.launches, on_output, hook.capture_output)
 
     def _submit(
         self, hook: Hook, req: Request, started_first: bool, on_output: Listener | None, capture: bool

@@ -6,12 +6,24 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from owner_support import Host, hook, host, limits, most_at_once, request, runs_of, script, wait_until
+from owner_support import (
+    Host,
+    LaunchingWaits,
+    hook,
+    host,
+    limits,
+    most_at_once,
+    request,
+    runs_of,
+    script,
+    wait_until,
+)
 
 from hookrunner.hooks.argument import Argument
 from hookrunner.run import wire
@@ -270,13 +282,21 @@ def test_a_malformed_packet_is_refused_and_the_owner_serves_on(
 
 
 def test_started_first_returns_once_the_run_has_started(three: Host, tmp_path: Path) -> None:
-    command, gate = gated_script(tmp_path)
+    """On the gevent worker's waits: past the one run answered ahead of its start, start() returns once
+    the owner has told it of the run's start."""
+    gate = tmp_path / "go"
+    command = script(
+        tmp_path / "wait", f'echo "$1" >> {tmp_path}/ran\nwhile [ ! -e {gate} ]; do sleep 0.01; done\n'
+    )
     client = three.clients[0]
+    client.use(LaunchingWaits())
     client.start_wait = 5.0
     blocked = hook(command, limits=limits(max_concurrency=2))
-    client.submit(blocked, request("a", n="block"), started_first=True)  # the one answered ahead of its start
-    client.submit(blocked, request("b", n="block"), started_first=True)  # waits for its start
-    assert client.running >= 1 and client.ahead <= 1
+    client.start(blocked, request("a", n="a"))  # the one answered ahead of its start
+    began = time.monotonic()
+    client.start(blocked, request("b", n="b"))  # waits for its start: told, not the 5 s start_wait
+    assert time.monotonic() - began < 4.0
+    assert client.ahead <= 1
     assert wait_until(lambda: client.running == 2)
     gate.touch()
     assert wait_until(lambda: client.running == 0)

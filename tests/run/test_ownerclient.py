@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
-from owner_support import hook, limits, request, spawn, wait_until
+from owner_support import LaunchingWaits, hook, limits, request, spawn, wait_until
 
 from hookrunner.hooks.argument import Argument
 from hookrunner.run import wire
@@ -197,16 +197,33 @@ def test_started_first_waits_for_the_start_once_one_run_is_answered_ahead(
     pair: tuple[OwnerClient, ScriptedOwner], pool
 ) -> None:
     client, owner = pair
+    client.use(LaunchingWaits())  # the gevent worker's
     client.start_wait = 5.0
     owner.admit(pool.submit(client.start, ECHO, request("r1", n="x")))  # answered before its start
     assert client.ahead == 1
     second = pool.submit(client.start, ECHO, request("r2", n="y"))
     run = owner.next_run()
+    assert run["started"] is True  # asks to be told
     owner.answer("admitted", run["id"], how="started")
     time.sleep(0.2)
     assert not second.done()  # waits for its start
     owner.answer("started", run["id"], pid=77)
     second.result(timeout=5)
+
+
+def test_started_first_on_threads_asks_for_no_start_and_waits_for_none(
+    pair: tuple[OwnerClient, ScriptedOwner], pool
+) -> None:
+    """As CommandRunner on the threaded worker: a background run is answered once admitted."""
+    client, owner = pair
+    client.start_wait = 5.0
+    for rid in ("r1", "r2", "r3"):
+        asked = pool.submit(client.start, ECHO, request(rid, n="x"))
+        run = owner.next_run()
+        assert run["started"] is False
+        owner.answer("admitted", run["id"], how="started")
+        asked.result(timeout=1)  # no start told, none waited for
+    assert client.ahead == 0 and client.running == 3
 
 
 def test_stream_chunks_reach_on_output_as_they_come(pair: tuple[OwnerClient, ScriptedOwner], pool) -> None:
