@@ -269,7 +269,8 @@ class Owner:
             connection.close()
 
     def close(self) -> None:
-        """Let every connection go (the owner is stopping)."""
+        """Let every connection go for good (the tree is stopping): each is shut down, for the master's copy
+        of its end too, so no later owner can serve it."""
         with self._lock:
             connections = list(self._connections.values())
             self._connections.clear()
