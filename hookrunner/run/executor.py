@@ -132,6 +132,9 @@ class CommandRunner:
         self._journal_ids: dict[Future[CommandResult], list[int]] = {}
         #: The run history (-admin-addr; run/history.py), attached in the serving process; None: no records.
         self.history: Recorder | None = None
+        #: Told a run's request id and process id once its process has started (the run owner, which tells
+        #: the worker: run/owner.py); None: nobody.
+        self.on_started: Callable[[str, int], None] | None = None
 
     def use(self, waits: Waits) -> None:
         """Run and wait the way `waits` does (before any run is admitted)."""
@@ -186,11 +189,17 @@ class CommandRunner:
         self, hook: Hook, req: Request, on_output: Listener | None = None
     ) -> tuple[Future[CommandResult], str]:
         """submit(), and how the run was admitted (`started`, `queued` or `coalesced`)."""
+        # A queued run keeps what its command needs (argv, variables, files), not the request.
+        return self.submit_prepared(hook, prepare(hook, req), coalesce_group(hook, req), on_output)
+
+    def submit_prepared(
+        self, hook: Hook, spec: RunSpec, group: str | None, on_output: Listener | None = None
+    ) -> tuple[Future[CommandResult], str]:
+        """Admit a run prepared elsewhere (the run owner's, from a worker's `run` message: run/owner.py) of
+        coalesce group `group`, as submit() does; returns its future and how it was admitted."""
         journal = self.journal
-        ticket = self.history.ticket(req.id, hook.id) if self.history is not None else None
-        # A queued run keeps what its command needs (argv, variables, files), not the request; with a journal
-        # it is written down first.
-        spec = prepare(hook, req)
+        ticket = self.history.ticket(spec.request_id, hook.id) if self.history is not None else None
+        # With a journal the run is written down first.
         try:
             run_id = journal.record(spec) if journal is not None and journal.enabled else None
         except JournalUnwritable:
@@ -201,7 +210,7 @@ class CommandRunner:
                 hook.id,
                 hook.limits,
                 lambda: self._journaled_run(hook, spec, run_id, ticket, on_output),
-                group=coalesce_group(hook, req),
+                group=group,
             )
         except Busy:
             if journal is not None and run_id is not None:
@@ -209,7 +218,7 @@ class CommandRunner:
             _refused(ticket)
             raise
         if how != "started":
-            log.request(req.id, f"{hook.id} is at its concurrency limit; run {how}")
+            log.request(spec.request_id, f"{hook.id} is at its concurrency limit; run {how}")
         self._track(future, run_id, how)
         _admitted(ticket, future, how)
         return future, how
@@ -443,6 +452,8 @@ class CommandRunner:
             self._processes.add(process)
             closing = self._closing
         self._started(rid)
+        if self.on_started is not None:
+            self.on_started(rid, process.pid)
         waits = self.waits
         if closing:
             # Shutdown took its list of runs while this one was being started.

@@ -1,0 +1,410 @@
+"""The run owner's loop (docs/run-state.md, issue 32 step 6): one CommandRunner for the host, serving the
+prepared runs of any number of workers, each over its own SOCK_SEQPACKET connection (run/wire.py).
+
+What a worker's connection carries (the worker's side is run/ownerclient.py):
+
+- owner -> worker `hello` {version, owner (its pid), epoch}: sent first, on taking the connection (a new
+  owner sends it again on every connection it is given: a new epoch tells the worker that the runs the
+  old owner admitted and had not ended are lost; runs it had not answered are the new owner's to read).
+- worker -> owner `hello` {version, pid, generation}: the worker's first message. `part` {id} + bytes: the
+  start of run `id`'s body when it does not fit one packet. `run` {id, hook, request, spec, files,
+  timeout, replay, limits, capture, stream, started} + bytes (run/runorder.py).
+- owner -> worker, for run `id`: first `admitted` {id, how} (how: started, queued or coalesced) or `busy`
+  {id, retry_after} or `unavailable` {id, retry_after, why, journal} (the journal cannot record it: 503)
+  or `refused` {id, why} (a run message it cannot read). Then, when the run asked for it (`started`: a
+  background run answered once it has started), `started` {id, pid} once its process has started (not
+  for a request coalesced into another's run: that process is another request's); for `stream`, `out`
+  {id} + bytes, each chunk as it is read; `result` {id} + bytes, pieces of the whole output for `capture`
+  (and for a stream whose chunks went to another request's stream: the run it was coalesced into); and
+  last `exit` {id, error} + the output's last piece. `started`, `out` and `exit` may come before
+  `admitted`: a run can start, and even end, before its admission's answer is sent. Every run gets its
+  `exit`, whatever it asked for.
+
+The owner never waits on a worker: sends are non-blocking, and what a worker's socket cannot take now
+waits in that connection's outbox, bounded (OUTBOX_BOUND); past it the connection is cut off, as if the
+worker had died. Any error on a connection is that worker's end, never the owner's: its runs go on, and
+only what would have been sent to it is dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+
+from hookrunner.ops.log import log
+from hookrunner.run import wire
+from hookrunner.run.executor import CommandResult, CommandRunner
+from hookrunner.run.runorder import RunOrder, run_order
+from hookrunner.run.spawn import Waits
+from hookrunner.run.wire import Message, PeerGone, WireError
+from hookrunner.state.backend import StateUnavailable
+from hookrunner.state.journal import JournalUnwritable
+from hookrunner.state.slots import Busy
+
+#: How runs the owner's readers and flushers apart from the caller: a thread, or a greenlet on the owner's
+#: gevent loop (the caller decides).
+Spawn = Callable[[Callable[[], None]], None]
+
+#: What one worker's connection may hold unsent, in messages (a finished run's output aside), before it is
+#: cut off.
+OUTBOX_BOUND = 8 * 1024 * 1024
+
+#: How long a worker's connection may take nothing while answers wait for it before it is cut off.
+OUTBOX_STALL = 30.0
+
+#: What the parts of one connection's unfinished run messages may hold before they are dropped.
+PARTS_BOUND = 64 * 1024 * 1024
+
+
+class _Connection:
+    """One worker's connection, as the owner holds it: non-blocking sends through an outbox, and the socket
+    closed once both its reader and its flusher are done with it.
+
+    The outbox holds messages (counted against `bound`) and finished runs' outputs with their exits, pulled
+    a packet at a time as the socket takes them (not counted: each is its run's output, held anyway until
+    sent). A connection whose outbox holds more than `bound` bytes of messages, or whose socket has taken
+    nothing for `stall` seconds while something waits, is cut off, as if the worker had died."""
+
+    def __init__(
+        self, sock: socket.socket, worker_pid: int, spawn: Spawn, waits: Waits, bound: int, stall: float
+    ) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.worker_pid = worker_pid
+        self._spawn = spawn
+        self.waits = waits
+        self._bound = bound
+        self._stall = stall
+        self._lock = threading.Lock()
+        self._outbox: deque[bytes | Iterator[bytes]] = deque()
+        self._pulled: bytes | None = None  # the packet pulled from the outbox's first output, not yet sent
+        self._held = 0  # bytes of messages in the outbox
+        self._moved = 0.0  # when the socket last took a packet, or the outbox last became non-empty
+        self._flushing = False
+        self._users = 1  # the reader; the flusher while it runs
+        self.closed = False
+        #: The body read so far of each run message whose parts are coming, by the worker's number.
+        self.parts: dict[int, list[bytes]] = {}
+        self.parts_held = 0
+
+    def send(self, message: Message) -> None:
+        """Send now if the socket takes it, else keep it in the outbox; a message to a connection that is
+        closed (the worker gone, or cut off) is dropped."""
+        packet = wire.encode(message)
+        self._put(packet, len(packet))
+
+    def send_all(self, packets: Iterator[bytes]) -> None:
+        """Send `packets` in order (a finished run's output and exit), pulled as the socket takes them."""
+        self._put(packets, 0)
+
+    def _put(self, item: bytes | Iterator[bytes], size: int) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            if not self._outbox:
+                self._moved = time.monotonic()
+            self._outbox.append(item)
+            self._held += size
+            self._drain()
+            if self._held > self._bound:
+                self._cut(f"has not read {self._held} bytes of answers")
+            if self.closed or not self._outbox or self._flushing:
+                return
+            self._flushing = True
+            self._users += 1
+        self._spawn(self._flush)
+
+    def _drain(self) -> None:
+        """Send from the outbox what the socket takes now (with the lock held)."""
+        while self._outbox and not self.closed:
+            item = self._outbox[0]
+            if not isinstance(item, bytes) and self._pulled is None:
+                self._pulled = next(item, None)
+                if self._pulled is None:
+                    self._outbox.popleft()
+                    continue
+            packet = item if isinstance(item, bytes) else self._pulled
+            assert packet is not None
+            try:
+                self.sock.send(packet)
+            except BlockingIOError:
+                return
+            except OSError:  # the worker is gone: the reader sees it too
+                self._end()
+                return
+            self._moved = time.monotonic()
+            if isinstance(item, bytes):
+                self._outbox.popleft()
+                self._held -= len(item)
+            else:
+                self._pulled = None
+
+    def _flush(self) -> None:
+        """Send what the outbox holds as the socket takes it, until it is empty or the connection ends. It
+        looks again after a pause that grows while the socket takes nothing (1 to 50 ms): the waits of run/
+        spawn.py, on threads or on the owner's loop, have no wait for a socket's room, and an outbox that
+        is not empty is rare (a worker that reads slower than its runs' output comes)."""
+        pause = 0.001
+        try:
+            while True:
+                with self._lock:
+                    moved = self._moved
+                    self._drain()
+                    if not self.closed and self._outbox and time.monotonic() - self._moved > self._stall:
+                        self._cut(f"has taken no answer for {self._stall:g}s")
+                    if self.closed or not self._outbox:
+                        self._flushing = False
+                        return
+                    pause = 0.001 if self._moved != moved else min(pause * 2, 0.05)
+                self.waits.sleep(pause)
+        except (OSError, ValueError):  # closed under us
+            return
+        finally:
+            self.release()
+
+    def close(self) -> None:
+        with self._lock:
+            self._end()
+
+    def _cut(self, why: str) -> None:
+        log.output(f"run owner: worker {self.worker_pid} {why}; cutting it off (its runs go on)")
+        self._end()
+
+    def _end(self) -> None:
+        """Close the connection for good (with the lock held): its peer sees its end, its reader wakes."""
+        if self.closed:
+            return
+        self.closed = True
+        self._outbox.clear()
+        self._pulled = None
+        self._held = 0
+        self.parts.clear()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def release(self) -> None:
+        """One user (the reader, the flusher) is done; the last one closes the socket."""
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+        if last:
+            self.sock.close()
+
+
+class _Asked:
+    """One run message, as the owner keeps it until its exit is sent: where to answer, and whether its own
+    stream has carried the output already."""
+
+    def __init__(self, connection: _Connection, order: RunOrder) -> None:
+        self.connection = connection
+        self.number = order.number
+        self.request_id = order.spec.request_id
+        self.wants_output = order.capture or order.stream
+        self.streamed = False
+
+    def stream(self, chunk: bytes) -> None:
+        self.streamed = True
+        for piece in wire.frames(chunk):
+            self.connection.send(Message("out", {"id": self.number}, piece))
+
+
+class Owner:
+    """Serves workers' connections with one CommandRunner: every run of the host admitted, started and
+    waited for here, under one set of limits."""
+
+    def __init__(
+        self,
+        runner: CommandRunner,
+        spawn: Spawn,
+        epoch: int = 1,
+        pid: int | None = None,
+        outbox_bound: int = OUTBOX_BOUND,
+        outbox_stall: float = OUTBOX_STALL,
+    ) -> None:
+        self.runner = runner
+        self.epoch = epoch
+        self.pid = os.getpid() if pid is None else pid
+        self._spawn = spawn
+        self._outbox_bound = outbox_bound
+        self._outbox_stall = outbox_stall
+        self._lock = threading.Lock()
+        self._connections: dict[int, _Connection] = {}
+        # Runs told `admitted` or about to be, not yet started, by request id: `started` goes to them.
+        self._starting: dict[str, list[_Asked]] = {}
+        runner.on_started = self._started
+
+    @property
+    def workers(self) -> list[int]:
+        """The pids of the workers whose connections are served now."""
+        with self._lock:
+            return sorted(self._connections)
+
+    def attach(self, sock: socket.socket, worker_pid: int) -> None:
+        """Take over a worker's connection: send `hello`, then serve it (on a reader of its own, started with
+        `spawn`; this returns at once) until it ends. A connection the worker had before is let go. Its
+        reader waits the way the runner's `waits` do (on the owner's loop: set with runner.use() first)."""
+        connection = _Connection(
+            sock, worker_pid, self._spawn, self.runner.waits, self._outbox_bound, self._outbox_stall
+        )
+        with self._lock:
+            previous = self._connections.pop(worker_pid, None)
+            self._connections[worker_pid] = connection
+        if previous is not None:
+            previous.close()
+        connection.send(Message("hello", {"version": wire.VERSION, "owner": self.pid, "epoch": self.epoch}))
+        self._spawn(lambda: self._serve(connection))
+
+    def detach(self, worker_pid: int) -> None:
+        """The worker is gone: stop serving its connection. Its runs go on; what they send is dropped."""
+        with self._lock:
+            connection = self._connections.pop(worker_pid, None)
+        if connection is not None:
+            connection.close()
+
+    def close(self) -> None:
+        """Let every connection go for good (the tree is stopping): each is shut down, for the master's copy
+        of its end too, so no later owner can serve it."""
+        with self._lock:
+            connections = list(self._connections.values())
+            self._connections.clear()
+        for connection in connections:
+            connection.close()
+
+    def _serve(self, connection: _Connection) -> None:
+        """The reader of one connection: every message until the worker's end; every error is the worker's."""
+        pid = connection.worker_pid
+        try:
+            while not connection.closed:
+                try:
+                    message, _fds = wire.receive(connection.sock)
+                except BlockingIOError:
+                    connection.waits.readable(connection.sock.fileno(), 1.0)
+                    continue
+                except WireError as exc:
+                    log.output(f"run owner: a packet from worker {pid} refused: {exc}")
+                    continue
+                except (PeerGone, OSError, ValueError):  # ValueError: the socket closed under us
+                    break
+                try:
+                    self._handle(connection, message)
+                except Exception as exc:  # noqa: BLE001 - one message's fault, never the owner's end
+                    log.output(f"run owner: a {message.kind} message from worker {pid} failed: {exc!r}")
+        finally:
+            with self._lock:
+                if self._connections.get(pid) is connection:
+                    del self._connections[pid]
+            connection.close()
+            connection.release()
+
+    def _handle(self, connection: _Connection, message: Message) -> None:
+        pid = connection.worker_pid
+        if message.kind == "run":
+            parts = connection.parts.pop(message.get("id"), []) if isinstance(message.get("id"), int) else []
+            connection.parts_held -= sum(map(len, parts))
+            try:
+                order = run_order(message, b"".join(parts))
+            except WireError as exc:
+                log.output(f"run owner: a run message from worker {pid} refused: {exc}")
+                number = message.get("id")
+                if isinstance(number, int) and not isinstance(number, bool):
+                    connection.send(Message("refused", {"id": number, "why": str(exc)}))
+                return
+            self._admit(connection, order)
+        elif message.kind == "part":
+            number = message.get("id")
+            if not isinstance(number, int) or isinstance(number, bool):
+                log.output(f"run owner: a part without a run number from worker {pid} refused")
+                return
+            connection.parts_held += len(message.data)
+            if connection.parts_held > PARTS_BOUND:
+                log.output(f"run owner: worker {pid} sent more than {PARTS_BOUND} bytes of unfinished runs")
+                connection.parts.clear()
+                connection.parts_held = 0
+                return
+            connection.parts.setdefault(number, []).append(message.data)
+        elif message.kind == "hello":
+            if message.get("version") != wire.VERSION:
+                version = message.get("version")
+                log.output(f"run owner: worker {pid} speaks version {version!r}; letting it go")
+                connection.close()
+        else:
+            log.output(f"run owner: a {message.kind!r} message from worker {pid} ignored")
+
+    def _admit(self, connection: _Connection, order: RunOrder) -> None:
+        """Admit one run and answer how; its start, output and exit are told as they come."""
+        asked = _Asked(connection, order)
+        number = order.number
+        if order.tell_start:
+            with self._lock:
+                self._starting.setdefault(asked.request_id, []).append(asked)
+        try:
+            future, how = self.runner.submit_prepared(
+                order.hook, order.spec, order.group, asked.stream if order.stream else None
+            )
+        except Busy as busy:
+            self._not_starting(asked)
+            connection.send(Message("busy", {"id": number, "retry_after": busy.retry_after}))
+            return
+        except JournalUnwritable as exc:
+            self._not_starting(asked)
+            journal = self.runner.journal
+            fields = {"id": number, "retry_after": exc.retry_after, "why": str(exc)}
+            connection.send(Message("unavailable", {**fields, "journal": journal and journal.path}))
+            return
+        except StateUnavailable as exc:
+            self._not_starting(asked)
+            fields = {"id": number, "retry_after": exc.retry_after, "why": str(exc)}
+            connection.send(Message("unavailable", fields))
+            return
+        except Exception as exc:  # noqa: BLE001 - no thread for the run, say: that request's end, not the owner's
+            self._not_starting(asked)
+            log.output(f"run owner: run {number} of worker {connection.worker_pid} not admitted: {exc}")
+            connection.send(Message("refused", {"id": number, "why": f"not admitted: {exc}"}))
+            return
+        connection.send(Message("admitted", {"id": number, "how": how}))
+        future.add_done_callback(lambda done: self._exited(asked, done))
+
+    def _started(self, request_id: str, pid: int) -> None:
+        """The executor started the process of `request_id`'s run: tell the worker that asked for it."""
+        with self._lock:
+            waiting = self._starting.get(request_id)
+            if not waiting:
+                return
+            asked = waiting.pop(0)
+            if not waiting:
+                del self._starting[request_id]
+        asked.connection.send(Message("started", {"id": asked.number, "pid": pid}))
+
+    def _not_starting(self, asked: _Asked) -> None:
+        with self._lock:
+            waiting = self._starting.get(asked.request_id)
+            if waiting is not None and asked in waiting:
+                waiting.remove(asked)
+                if not waiting:
+                    del self._starting[asked.request_id]
+
+    def _exited(self, asked: _Asked, future: Future[CommandResult]) -> None:
+        """The run `asked` stands for has ended (its own, or the run it was coalesced into): its exit, with
+        the output it has not had yet when it wants it."""
+        self._not_starting(asked)
+        exc = future.exception()
+        result = CommandResult(b"", f"error: {type(exc).__name__}") if exc is not None else future.result()
+        output = result.output if asked.wants_output and not asked.streamed else b""
+        asked.connection.send_all(_exit_packets(asked.number, output, result.error))
+
+
+def _exit_packets(number: int, output: bytes, error: str | None) -> Iterator[bytes]:
+    """A finished run's output in `result` frames, the last piece with its `exit`."""
+    frames = wire.frames(output)
+    piece = next(frames)
+    for following in frames:
+        yield wire.encode(Message("result", {"id": number}, piece))
+        piece = following
+    yield wire.encode(Message("exit", {"id": number, "error": error}, piece))
