@@ -4,6 +4,7 @@ fallback (a lease that runs out announces nothing, and LISTEN is down while the 
 
 from __future__ import annotations
 
+import os
 import select
 import time
 from collections.abc import Callable
@@ -15,15 +16,22 @@ from hookrunner.state.backend import StateUnavailable
 
 
 class Listener:
-    """LISTEN `channel` on an autocommit connection from `connect`. A wait ends at a NOTIFY (True), at the
-    poll interval (True: work may be claimable) or at the timeout (False). A lost connection is made again at
-    the next wait; until it can be, a wait is a plain poll. One waiter at a time (the owner's loop)."""
+    """LISTEN `channel` on an autocommit connection from `connect`. A wait ends at another instance's NOTIFY
+    or a poke from this one (True), at the poll interval (True: work may be claimable) or at the timeout
+    (False). NOTIFYs whose payload is `own` are this instance's, which pokes its waiter itself, at once. A
+    lost connection is made again at the next wait; until it can be, a wait is a plain poll. One waiter at
+    a time (the owner's loop); pokes from any thread or greenlet."""
 
-    def __init__(self, connect: Callable[[], psycopg.Connection[Any]], channel: str, poll: float) -> None:
+    def __init__(
+        self, connect: Callable[[], psycopg.Connection[Any]], channel: str, poll: float, own: str
+    ) -> None:
         self._connect = connect
         self._channel = channel
         self.poll = poll
+        self._own = own.encode()
         self._conn: psycopg.Connection[Any] | None = None
+        # A pipe, not an Event: a poke must also end a wait in select(), on a thread or on gevent's loop.
+        self._poked, self._poke = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         if self._listen() is None:  # the first LISTEN must succeed: the caller learns the database is away
             raise StateUnavailable("PostgreSQL is unavailable: LISTEN failed")
 
@@ -39,13 +47,27 @@ class Listener:
             self._conn = conn
         return self._conn
 
-    @staticmethod
-    def _notified(conn: psycopg.Connection[Any]) -> bool:
-        """Whether a NOTIFY came (all that came are consumed: one wake stands for them all)."""
-        conn.pgconn.consume_input()
+    def poke(self) -> None:
+        """Wake the wait now (this instance admitted or finished a run)."""
+        if self._poke < 0:
+            return  # closed: its number may be another file's by now
+        try:
+            os.write(self._poke, b"!")
+        except OSError:
+            pass  # full: a wake is already due; closed: nobody waits any more
+
+    def _woken(self, conn: psycopg.Connection[Any] | None) -> bool:
+        """Whether a poke or another instance's NOTIFY came (all consumed: one wake stands for them all)."""
         got = False
-        while conn.pgconn.notifies() is not None:
-            got = True
+        try:
+            while os.read(self._poked, 512):
+                got = True
+        except BlockingIOError:
+            pass
+        if conn is not None:
+            conn.pgconn.consume_input()
+            while (notify := conn.pgconn.notifies()) is not None:
+                got = got or notify.extra != self._own
         return got
 
     def wait(self, timeout: float | None) -> bool:
@@ -57,24 +79,29 @@ class Listener:
                 conn = self._listen()
             except StateUnavailable:
                 conn = None
-            left = until - time.monotonic()
-            if conn is None:
-                time.sleep(max(left, 0))
-                return until < deadline
             try:
-                if self._notified(conn):
+                if self._woken(conn):
                     return True
+                left = until - time.monotonic()
                 if left <= 0:
                     return until < deadline
-                readable, _, _ = select.select([conn.fileno()], [], [], left)
-                if readable and self._notified(conn):
-                    return True
+                watched = [self._poked] if conn is None else [self._poked, conn.fileno()]
+                readable, _, _ = select.select(watched, [], [], left)
+                if conn is None and not readable:
+                    return until < deadline  # no connection to make again before the next round
             except (psycopg.Error, OSError, ValueError):
-                self.close()  # the next round connects again, or polls
+                self._forget()  # the next round connects again, or polls
 
-    def close(self) -> None:
+    def _forget(self) -> None:
         close_quietly(self._conn)
         self._conn = None
+
+    def close(self) -> None:
+        self._forget()
+        fds, (self._poked, self._poke) = (self._poked, self._poke), (-1, -1)
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
 
 
 def close_quietly(conn: psycopg.Connection[Any] | None) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -15,7 +16,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.errors import ReadOnlySqlTransaction
 from psycopg.types.json import Jsonb
 
 from hookrunner.hooks.model import Limits
@@ -136,6 +139,7 @@ class PostgresState:
         self._instance = uuid.uuid4().hex  # which life of the replica holds a claim
         self._reachable = True
         self._waiter: Listener | None = None
+        self._notified = False  # the transaction under way sent a NOTIFY
 
     # --- the connection ---
 
@@ -160,7 +164,7 @@ class PostgresState:
         return StateUnavailable(f"PostgreSQL is unavailable: {why}")
 
     def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed or self._conn.broken:
+        if self._conn is None or not _alive(self._conn):
             self._drop()
             self._conn = self.connect()
         if not self._ready:
@@ -191,16 +195,24 @@ class PostgresState:
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
         """One transaction on the shared connection; an exception rolls it back (a Busy keeps nothing)."""
         with self._lock:
+            self._notified = False
             try:
                 conn = self._connection()
                 with conn.transaction(), conn.cursor() as cur:
                     yield cur
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                self._drop()
+            except (psycopg.OperationalError, psycopg.InterfaceError, ReadOnlySqlTransaction) as exc:
+                self._drop()  # a read-only one: a primary demoted by a failover; the next connects again
                 raise self._unavailable(exc) from None
             if not self._reachable:
                 self._reachable = True
                 log.output("run state: PostgreSQL is reachable again")
+            if self._notified and self._waiter is not None:
+                self._waiter.poke()  # this process's own waiter, at once, once committed
+
+    def _notify(self, cur: psycopg.Cursor[Any]) -> None:
+        """Wake every replica's waiter at commit (NOTIFY; this instance's own ignores it and is poked)."""
+        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, self._instance))
+        self._notified = True
 
     def _lock_places(self, cur: psycopg.Cursor[Any], hooks: Sequence[str]) -> None:
         """The global cap's lock (when there is a cap) and each hook's, in the one order every transaction
@@ -237,14 +249,23 @@ class PostgresState:
                 return Admission(STARTED, run_id, Claim(run_id, run, 1, lease, accepted_at))
             if limits.coalesce:
                 cur.execute(
-                    "SELECT id FROM hookrunner_runs WHERE hook_id = %s AND state = 'queued'"
-                    " AND coalesce_key IS NOT DISTINCT FROM %s ORDER BY id DESC LIMIT 1",
+                    "SELECT id, request_id, spec, accepted_at FROM hookrunner_runs WHERE hook_id = %s"
+                    " AND state = 'queued'"
+                    " AND coalesce_key IS NOT DISTINCT FROM %s ORDER BY id DESC LIMIT 1 FOR UPDATE",
                     (hook, coalesce_key),
                 )
                 target = cur.fetchone()
                 if target is not None:
-                    self._insert(cur, run, limits, coalesce_key, accepted_at, "coalesced", target[0])
-                    return Admission(COALESCED, target[0])
+                    # The waiting run starts with the newest request's spec (as state/slots.py's caller
+                    # does); the row of the request it displaces is kept, folded into it: one row a request.
+                    into, displaced = target[0], RunSpec.from_json(hook, target[1], target[2])
+                    cur.execute(
+                        "UPDATE hookrunner_runs SET request_id = %s, spec = %s, accepted_at = %s"
+                        " WHERE id = %s",
+                        (run.request_id, run.to_json(), accepted_at, into),
+                    )
+                    self._insert(cur, displaced, limits, coalesce_key, target[3], "coalesced", into)
+                    return Admission(COALESCED, into)
             if queued >= max(limits.max_queue, 1 if limits.coalesce else 0):
                 raise Busy(hook, limits.retry_after)
             run_id, _ = self._insert(cur, run, limits, coalesce_key, accepted_at, "queued")
@@ -286,7 +307,7 @@ class PostgresState:
             },
         )
         run_id, lease = _row(cur)
-        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, self.replica))
+        self._notify(cur)
         return run_id, lease
 
     # --- claiming ---
@@ -444,24 +465,38 @@ class PostgresState:
             (outcome.status, run_id),
         )
         self._promote(cur, hook)
-        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, self.replica))
+        self._notify(cur)
 
     # --- waiting, counting, history ---
 
     def wake(self) -> Listener:
-        """A Waiter on LISTEN hookrunner_runs (its own connection), with polling every `poll` seconds."""
+        """A Waiter on LISTEN hookrunner_runs (its own connection), with polling every `poll` seconds; the
+        same one at every call."""
         with self._lock:
             if self._waiter is None:
-                self._waiter = Listener(lambda: self.connect(autocommit=True), CHANNEL, self.poll)
+                self._waiter = Listener(
+                    lambda: self.connect(autocommit=True), CHANNEL, self.poll, self._instance
+                )
+                self._waiter.poke()  # a new waiter's first wait ends at once: look for work now
             return self._waiter
 
     def counts(self) -> Counts:
-        """Running runs (claimed) and waiting ones (queued, or in the cap's line), per hook and in all."""
+        """Runs holding their places and runs waiting, per hook and in all, as state/slots.py counts them: a
+        run in the cap's line holds its places once the cap has room for it (the line's first, as many as
+        the cap has free), claimed or not yet; the rest of the line and the hooks' queues wait."""
         with self._transaction() as cur:
             cur.execute(
-                "SELECT hook_id, count(*) FILTER (WHERE state = 'running'),"
-                " count(*) FILTER (WHERE state IN ('queued', 'line')) FROM hookrunner_runs"
-                " WHERE state IN ('queued', 'line', 'running') GROUP BY hook_id ORDER BY hook_id"
+                "WITH open AS (SELECT hook_id, state,"
+                "   row_number() OVER (PARTITION BY state ORDER BY line_seq) AS place"
+                "   FROM hookrunner_runs WHERE state IN ('queued', 'line', 'running')),"
+                " free AS (SELECT CASE WHEN %(cap)s > 0"
+                "   THEN %(cap)s - count(*) FILTER (WHERE state = 'running') END AS room FROM open),"
+                " placed AS (SELECT hook_id,"
+                "   state = 'running' OR (state = 'line' AND place <= coalesce(room, place)) AS holds"
+                "   FROM open, free)"
+                " SELECT hook_id, count(*) FILTER (WHERE holds), count(*) FILTER (WHERE NOT holds)"
+                " FROM placed GROUP BY hook_id ORDER BY hook_id",
+                {"cap": self._cap},
             )
             per_hook = tuple((str(h), int(r), int(q)) for h, r, q in cur.fetchall())
         return Counts(sum(r for _, r, _ in per_hook), sum(q for _, _, q in per_hook), per_hook)
@@ -485,6 +520,22 @@ class PostgresState:
             if self._waiter is not None:
                 self._waiter.close()
                 self._waiter = None
+
+
+def _alive(conn: psycopg.Connection[Any]) -> bool:
+    """Whether an idle connection is still up, without a round trip: the server's goodbye (a restart, a
+    terminated backend) is already in its socket, so one call after the database is back connects again
+    rather than failing on the old connection."""
+    if conn.closed or conn.broken:
+        return False
+    try:
+        for _ in range(3):  # a goodbye is an error message, then the end of the stream: two reads
+            if not select.select([conn.fileno()], [], [], 0)[0]:
+                break
+            conn.pgconn.consume_input()
+    except (psycopg.Error, OSError, ValueError):
+        return False
+    return conn.pgconn.status == pq.ConnStatus.OK
 
 
 def _row(cur: psycopg.Cursor[Any]) -> tuple[Any, ...]:

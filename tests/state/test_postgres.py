@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from pg_cluster import PASSWORD, Cluster
 
@@ -182,17 +183,16 @@ def test_coalescing_across_replicas(replicas: Callable[..., PostgresState], pg_d
     assert a.counts().queued == 2
     assert a.finish(running, OK)
     (claim,) = b.claims(5)
-    assert claim.run_id == dev.run_id
+    assert (claim.run_id, claim.spec) == (dev.run_id, spec("h", 4))  # it runs with the newest request's spec
     assert b.finish(claim, Outcome("exit status 3"))
-    # The requests folded into the dev run end with it, with its outcome.
-    import psycopg
-
+    # Every request folded into the dev run keeps its row, and ends with the run, with its outcome.
     with psycopg.connect(pg_database) as conn:
         rows = conn.execute(
-            "SELECT request_id, state, outcome FROM hookrunner_runs WHERE coalesced_into = %s OR id = %s ORDER BY id",
+            "SELECT request_id, state, outcome, accepted_at FROM hookrunner_runs"
+            " WHERE coalesced_into = %s OR id = %s ORDER BY request_id",
             (dev.run_id, dev.run_id),
         ).fetchall()
-    assert rows == [(f"req-h-{n}", "done", "exit status 3") for n in (1, 3, 4)]
+    assert rows == [(f"req-h-{n}", "done", "exit status 3", float(n)) for n in (1, 3, 4)]
 
 
 def test_the_global_cap_is_one_line_over_replicas_and_hooks(replicas: Callable[..., PostgresState]) -> None:
@@ -266,6 +266,7 @@ def test_notify_wakes_the_other_replica_well_before_the_poll(replicas: Callable[
     b = replicas("b", poll=30.0)
     waiter = b.wake()
     assert waiter is b.wake()
+    assert waiter.wait(0)  # a new waiter's first wait: look for work now
     assert not waiter.wait(0.2)  # nothing happened: the timeout
     threading.Timer(0.3, lambda: a.admit(spec("h", 1), Limits(max_concurrency=1), None, 0.0)).start()
     started = time.monotonic()
@@ -275,8 +276,26 @@ def test_notify_wakes_the_other_replica_well_before_the_poll(replicas: Callable[
     assert claim == []  # a holds it: the wake said "may be claimable", not "claimed"
 
 
+def test_a_replica_wakes_its_own_waiter_at_once_and_only_once(replicas: Callable[..., PostgresState]) -> None:
+    a = replicas("a", poll=30.0)
+    waiter = a.wake()
+    assert waiter.wait(0) and not waiter.wait(0)  # a new waiter's first wait ends at once, and only the first
+    limits = Limits(max_concurrency=1, max_queue=5)
+    first = a.admit(spec("h", 1), limits, None, 0.0).claim
+    a.admit(spec("h", 2), limits, None, 0.0)
+    assert waiter.wait(0)  # poked by its own admissions, without waiting for their NOTIFY
+    time.sleep(0.3)  # their NOTIFYs have come back by now, and are its own: no second wake
+    assert not waiter.wait(0)
+    threading.Timer(0.2, lambda: a.finish(first, OK) if first else None).start()
+    started = time.monotonic()
+    assert waiter.wait(20.0)  # a poke from another thread ends a wait under way
+    assert time.monotonic() - started < 3.0
+    assert [c.spec.request_id for c in a.claims(5)] == ["req-h-2"]
+
+
 def test_without_notify_the_waiter_polls(replicas: Callable[..., PostgresState]) -> None:
     waiter = replicas("a", poll=0.3).wake()
+    assert waiter.wait(0)  # a new waiter's first wait
     started = time.monotonic()
     assert waiter.wait(10.0)  # the poll: a lease may have run out, which nobody announces
     assert 0.25 <= time.monotonic() - started < 3.0
@@ -285,11 +304,12 @@ def test_without_notify_the_waiter_polls(replicas: Callable[..., PostgresState])
 def test_a_crashed_database_is_unavailable_then_the_same_instance_recovers(
     pg_cluster: Cluster, replicas: Callable[..., PostgresState], log_lines: io.StringIO
 ) -> None:
-    a = replicas("a", poll=30.0)
-    b = replicas("b")
+    a = replicas("a")
+    b = replicas("b", poll=30.0)
     limits = Limits(max_concurrency=1, max_queue=5)
     claim = a.admit(spec("h", 1), limits, None, 0.0).claim
-    waiter = a.wake()
+    waiter = b.wake()
+    assert waiter.wait(0)  # a new waiter's first wait
     with pg_cluster.crashed():
         for call in (
             lambda: a.admit(spec("h", 2), limits, None, 0.0),
@@ -306,12 +326,36 @@ def test_a_crashed_database_is_unavailable_then_the_same_instance_recovers(
     assert a.admit(spec("h", 4), limits, None, 0.0).how == QUEUED
     assert a.counts().running == 1 and claim is not None
     threading.Timer(0.3, lambda: a.finish(claim, OK)).start()
-    assert waiter.wait(20.0)  # LISTEN made again
+    assert waiter.wait(20.0)  # LISTEN made again: woken by a's finish (its admission came before the LISTEN)
     assert [c.spec.request_id for c in b.claims(5)] == ["req-h-4"]
     text = log_lines.getvalue()
     assert text.count("PostgreSQL is unavailable") == 2, text  # once per instance, not once per call
     assert text.count("PostgreSQL is reachable again") == 2, text
     assert PASSWORD not in text
+
+
+def test_a_read_only_database_is_unavailable_until_it_takes_writes_again(
+    pg_cluster: Cluster, replicas: Callable[..., PostgresState], pg_database: str
+) -> None:
+    # What a client of a primary demoted by a failover sees: its transactions are read-only.
+    database = pg_database.split("dbname=")[1].split()[0]
+    a = replicas("a")
+    assert a.admit(spec("h", 1), Limits(), None, 0.0).how == STARTED
+
+    def read_only(on: bool) -> None:
+        setting = "SET default_transaction_read_only = on" if on else "RESET default_transaction_read_only"
+        pg_cluster.psql("postgres", f"ALTER DATABASE {database} {setting}")
+        # Every session of the database ends, waiting until each has, so that new ones see the setting.
+        ended = f"SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = '{database}'"
+        pg_cluster.psql("postgres", ended)
+
+    read_only(True)
+    for _ in range(2):  # the cut connection is seen before it is used: each call meets a read-only one
+        with pytest.raises(StateUnavailable, match="read-only transaction"):
+            a.admit(spec("h", 2), Limits(), None, 0.0)
+    assert a.counts().running == 1  # reads still work
+    read_only(False)
+    assert a.admit(spec("h", 3), Limits(), None, 0.0).how == STARTED  # at once: no call fails on the cut
 
 
 def test_the_password_never_shows(pg_cluster: Cluster, pg_database: str, log_lines: io.StringIO) -> None:
@@ -345,8 +389,6 @@ def test_history_events_are_kept_with_the_replica(
 ) -> None:
     a = replicas("a")
     a.record({"event": "admitted", "run": "7", "hook": "h", "path": Path("/x")})
-    import psycopg
-
     with psycopg.connect(pg_database) as conn:
         rows = conn.execute("SELECT replica, event FROM hookrunner_events").fetchall()
     assert rows == [("a", {"event": "admitted", "run": "7", "hook": "h", "path": "/x"})]
@@ -354,8 +396,6 @@ def test_history_events_are_kept_with_the_replica(
 
 def test_a_newer_schema_is_left_untouched(replicas: Callable[..., PostgresState], pg_database: str) -> None:
     replicas("a").counts()  # creates the schema
-    import psycopg
-
     with psycopg.connect(pg_database) as conn:
         conn.execute("UPDATE hookrunner_schema SET version = %s", (SCHEMA_VERSION + 1,))
     with pytest.raises(StateUnavailable, match="newer hookrunner"):
