@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 
 from hookrunner.state.backend import StateUnavailable
+from hookrunner.state.pgconn import close_quietly
 
 
 class Listener:
@@ -102,12 +103,3 @@ class Listener:
         for fd in fds:
             if fd >= 0:
                 os.close(fd)
-
-
-def close_quietly(conn: psycopg.Connection[Any] | None) -> None:
-    """Close a connection that may already be broken; there is nothing to tell anyone if it fails."""
-    if conn is not None:
-        try:
-            conn.close()
-        except psycopg.Error:
-            pass

@@ -7,8 +7,6 @@ docs/run-state.md, "The PostgreSQL backend: what landed", gives the schema and t
 from __future__ import annotations
 
 import json
-import re
-import select
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -16,16 +14,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg import pq
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.errors import ReadOnlySqlTransaction
 from psycopg.types.json import Jsonb
 
 from hookrunner.hooks.model import Limits
-from hookrunner.ops.log import log
 from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.model import Admission, Claim, Counts, Event, Outcome, ProcessId, RunSpec
-from hookrunner.state.pgwake import Listener, close_quietly
+from hookrunner.state.pgconn import Connections
+from hookrunner.state.pgwake import Listener
 from hookrunner.state.slots import COALESCED, QUEUED, STARTED, Busy
 
 #: The schema this hookrunner writes; a database with a higher version is refused, left untouched.
@@ -82,35 +77,13 @@ CREATE TABLE IF NOT EXISTS hookrunner_events (
 );
 """
 
-#: Connection settings unless the URL gives its own: a database that is away is found out in seconds.
-_DEFAULTS = {
-    "connect_timeout": "5",
-    "keepalives": "1",
-    "keepalives_idle": "5",
-    "keepalives_interval": "2",
-    "keepalives_count": "3",
-    "application_name": "hookrunner",
-}
-
-
-def _secrets_of(conninfo: str) -> list[str]:
-    """The password in a conninfo string or URL, to be kept out of every message."""
-    found = [m.group(1) for m in re.finditer(r"password\s*=\s*'?([^'\s&]+)", conninfo)]
-    found += [m.group(1) for m in re.finditer(r"://[^:/@]*:([^@]*)@", conninfo)]
-    try:
-        password = conninfo_to_dict(conninfo).get("password")
-    except psycopg.Error:
-        password = None
-    if password:
-        found.append(str(password))
-    return sorted({s for s in found if s}, key=len, reverse=True)
-
 
 class PostgresState:
     """The run state of every replica that shares one PostgreSQL database (state/backend.py's RunState).
-    Thread-safe: one connection, one transaction at a time; advisory locks order the replicas. A call that
-    meets a database that is away raises StateUnavailable and drops the connection; the next call connects
-    again, so the same instance recovers by itself."""
+    Thread-safe: each call one transaction on a connection of its own (up to `connections` at once, then
+    calls wait for one), ordered against every other replica's by advisory locks. A call that meets a
+    database that is away raises StateUnavailable and drops its connection; the next call connects again,
+    so the same instance recovers by itself."""
 
     def __init__(
         self,
@@ -120,61 +93,22 @@ class PostgresState:
         lease: float = LEASE,
         grace: float = GRACE,
         poll: float = POLL,
+        connections: int = 4,
     ) -> None:
         self.replica = replica
-        self._secrets = _secrets_of(conninfo)
-        try:
-            params = conninfo_to_dict(conninfo)
-        except psycopg.Error as exc:
-            raise StateUnavailable(f"the state URL cannot be read: {self._redact(str(exc))}") from None
-        self._params: dict[str, Any] = {**_DEFAULTS, **params}
+        self._connections = Connections(conninfo, connections)
         self._cap = max(max_running, 0)
         self.lease = lease
         self.grace = grace
         self.poll = poll
         self._lock = threading.Lock()
-        self._conn: psycopg.Connection[Any] | None = None
-        self._ready = False  # the schema checked on this connection's database
+        self._ready = False  # the schema checked
         self._fresh = True  # no claims() yet: runs still held under this replica's name are its past life's
         self._instance = uuid.uuid4().hex  # which life of the replica holds a claim
-        self._reachable = True
         self._waiter: Listener | None = None
-        self._notified = False  # the transaction under way sent a NOTIFY
+        self._local = threading.local()  # `notified`: the transaction under way sent a NOTIFY
 
-    # --- the connection ---
-
-    def _redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
-
-    def connect(self, autocommit: bool = False) -> psycopg.Connection[Any]:
-        """A new connection to the database (StateUnavailable when it cannot be made)."""
-        try:
-            return psycopg.connect(autocommit=autocommit, **self._params)
-        except psycopg.Error as exc:
-            raise self._unavailable(exc) from None
-
-    def _unavailable(self, exc: BaseException) -> StateUnavailable:
-        """What a psycopg error becomes, without the password; the first after a success is logged."""
-        why = self._redact(" ".join(str(exc).split()) or type(exc).__name__)
-        if self._reachable:
-            self._reachable = False
-            log.output(f"run state: PostgreSQL is unavailable: {why}")
-        return StateUnavailable(f"PostgreSQL is unavailable: {why}")
-
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or not _alive(self._conn):
-            self._drop()
-            self._conn = self.connect()
-        if not self._ready:
-            self._create_schema(self._conn)
-            self._ready = True
-        return self._conn
-
-    def _drop(self) -> None:
-        close_quietly(self._conn)
-        self._conn = None
+    # --- transactions ---
 
     def _create_schema(self, conn: psycopg.Connection[Any]) -> None:
         with conn.transaction(), conn.cursor() as cur:
@@ -193,26 +127,22 @@ class PostgresState:
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
-        """One transaction on the shared connection; an exception rolls it back (a Busy keeps nothing)."""
-        with self._lock:
-            self._notified = False
-            try:
-                conn = self._connection()
-                with conn.transaction(), conn.cursor() as cur:
-                    yield cur
-            except (psycopg.OperationalError, psycopg.InterfaceError, ReadOnlySqlTransaction) as exc:
-                self._drop()  # a read-only one: a primary demoted by a failover; the next connects again
-                raise self._unavailable(exc) from None
-            if not self._reachable:
-                self._reachable = True
-                log.output("run state: PostgreSQL is reachable again")
-            if self._notified and self._waiter is not None:
-                self._waiter.poke()  # this process's own waiter, at once, once committed
+        """One transaction on a lent connection; an exception rolls it back (a Busy keeps nothing)."""
+        self._local.notified = False
+        with self._connections.lent() as conn:
+            if not self._ready:
+                self._create_schema(conn)
+                self._ready = True
+            with conn.transaction(), conn.cursor() as cur:
+                yield cur
+        self._connections.reachable()
+        if self._local.notified and self._waiter is not None:
+            self._waiter.poke()  # this process's own waiter, at once, once committed
 
     def _notify(self, cur: psycopg.Cursor[Any]) -> None:
         """Wake every replica's waiter at commit (NOTIFY; this instance's own ignores it and is poked)."""
         cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, self._instance))
-        self._notified = True
+        self._local.notified = True
 
     def _lock_places(self, cur: psycopg.Cursor[Any], hooks: Sequence[str]) -> None:
         """The global cap's lock (when there is a cap) and each hook's, in the one order every transaction
@@ -475,7 +405,7 @@ class PostgresState:
         with self._lock:
             if self._waiter is None:
                 self._waiter = Listener(
-                    lambda: self.connect(autocommit=True), CHANNEL, self.poll, self._instance
+                    lambda: self._connections.connect(autocommit=True), CHANNEL, self.poll, self._instance
                 )
                 self._waiter.poke()  # a new waiter's first wait ends at once: look for work now
             return self._waiter
@@ -514,28 +444,12 @@ class PostgresState:
             pass
 
     def close(self) -> None:
-        """Close both connections; claims still held are taken over by another replica after lease + grace."""
+        """Close the connections; claims still held are taken over by another replica after lease + grace."""
         with self._lock:
-            self._drop()
+            self._connections.close()
             if self._waiter is not None:
                 self._waiter.close()
                 self._waiter = None
-
-
-def _alive(conn: psycopg.Connection[Any]) -> bool:
-    """Whether an idle connection is still up, without a round trip: the server's goodbye (a restart, a
-    terminated backend) is already in its socket, so one call after the database is back connects again
-    rather than failing on the old connection."""
-    if conn.closed or conn.broken:
-        return False
-    try:
-        for _ in range(3):  # a goodbye is an error message, then the end of the stream: two reads
-            if not select.select([conn.fileno()], [], [], 0)[0]:
-                break
-            conn.pgconn.consume_input()
-    except (psycopg.Error, OSError, ValueError):
-        return False
-    return conn.pgconn.status == pq.ConnStatus.OK
 
 
 def _row(cur: psycopg.Cursor[Any]) -> tuple[Any, ...]:
