@@ -149,10 +149,12 @@ class PostgresState:
         uses, so that two never wait on each other."""
         if self._cap:
             cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_CAP_LOCK,))
-        if hooks:
-            cur.execute("SELECT DISTINCT hashtext(h) FROM unnest(%s::text[]) AS h ORDER BY 1", (list(hooks),))
-            for (key,) in cur.fetchall():
-                cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_HOOK_LOCK, key))
+        if hooks:  # one round trip: the keys sorted in a subquery, locked row by row in that order
+            cur.execute(
+                "SELECT pg_advisory_xact_lock(%s, key) FROM"
+                " (SELECT DISTINCT hashtext(h) AS key FROM unnest(%s::text[]) AS h ORDER BY 1) AS keys",
+                (_HOOK_LOCK, list(hooks)),
+            )
 
     # --- admitting ---
 
@@ -221,7 +223,7 @@ class PostgresState:
             " CASE WHEN %(state)s = 'running' THEN %(me)s END,"
             " CASE WHEN %(state)s = 'running' THEN %(instance)s END,"
             f" CASE WHEN %(state)s = 'running' THEN {_NOW} + %(lease)s END,"
-            " %(accepted)s, %(me)s) RETURNING id, lease_until",
+            " %(accepted)s, %(me)s) RETURNING id, lease_until, pg_notify(%(channel)s, %(instance)s)::text",
             {
                 "hook": run.hook_id,
                 "request": run.request_id,
@@ -234,10 +236,11 @@ class PostgresState:
                 "instance": self._instance,
                 "lease": self.lease,
                 "accepted": accepted_at,
+                "channel": CHANNEL,
             },
         )
-        run_id, lease = _row(cur)
-        self._notify(cur)
+        run_id, lease, _ = _row(cur)
+        self._local.notified = True  # the NOTIFY went with the insert
         return run_id, lease
 
     # --- claiming ---
