@@ -13,16 +13,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-#: The child: `patched` applies gevent's monkey patching before psycopg is imported, as a gevent process that
-#: talks to PostgreSQL must (psycopg chooses its wait function when imported).
-CHILD = r"""
+#: Every child: `patched` applies gevent's monkey patching before psycopg is imported, as a gevent process that
+#: talks to PostgreSQL must (psycopg chooses its wait function when imported); `measured(work)` runs `work` in
+#: a greenlet while another ticks every 10 ms, and returns the largest gap between ticks with work's answer.
+MEASURE = r"""
 import json, sys, time
 if sys.argv[2] == "patched":
     from gevent import monkey
     monkey.patch_all()
 import gevent
-import psycopg
-import psycopg.waiting
 
 gaps = []
 done = False
@@ -34,44 +33,43 @@ def ticker():
         now = time.monotonic()
         gaps.append(now - last)
         last = now
+
+def measured(work):
+    global done
+    tick = gevent.spawn(ticker)
+    gevent.sleep(0.05)
+    started = time.monotonic()
+    answer = gevent.spawn(work).get()
+    elapsed = time.monotonic() - started
+    done = True
+    tick.join()
+    return {"max_gap": max(gaps), "ticks": len(gaps), "elapsed": elapsed, **answer}
+"""
+
+#: psycopg alone: a query that waits 1 s on the server.
+CHILD = (
+    MEASURE
+    + r"""
+import psycopg
+import psycopg.waiting
 
 def query():
     with psycopg.connect(sys.argv[1]) as conn:
         conn.execute("SELECT pg_sleep(1)")
+    return {"wait": psycopg.waiting.wait.__name__, "psycopg": psycopg.__version__}
 
-tick = gevent.spawn(ticker)
-gevent.sleep(0.05)
-started = time.monotonic()
-gevent.spawn(query).get()
-elapsed = time.monotonic() - started
-done = True
-tick.join()
-print(json.dumps({"max_gap": max(gaps), "ticks": len(gaps), "elapsed": elapsed,
-                  "wait": psycopg.waiting.wait.__name__, "psycopg": psycopg.__version__}))
+print(json.dumps(measured(query)))
 """
+)
 
-
-#: The same measure around PostgresState itself, as the run owner will call it on its loop: its waiter waits
-#: 1 s for work (LISTEN, a poke pipe, select), then 20 admissions and counts through its lent connections.
-STATE_CHILD = r"""
-import json, sys, time
-from gevent import monkey
-monkey.patch_all()
-import gevent
+#: PostgresState itself, as the run owner will call it on its loop: its waiter waits 1 s for work (LISTEN, a
+#: poke pipe, select), then 20 admissions and counts through its lent connections.
+STATE_CHILD = (
+    MEASURE
+    + r"""
 from hookrunner.hooks.model import Limits
 from hookrunner.state.model import RunSpec
 from hookrunner.state.postgres import PostgresState
-
-gaps = []
-done = False
-
-def ticker():
-    last = time.monotonic()
-    while not done:
-        gevent.sleep(0.01)
-        now = time.monotonic()
-        gaps.append(now - last)
-        last = now
 
 state = PostgresState(sys.argv[1], "a", poll=30.0)
 state.counts()  # the schema and a first connection, before the measure
@@ -83,19 +81,12 @@ def work():
     limits = Limits(max_concurrency=2, max_queue=100)
     hows = [state.admit(RunSpec("h", str(n), "/bin/true", (), (), (), "/"), limits, None, 0.0).how
             for n in range(20)]
-    return woken, hows, state.counts().queued
+    return {"woken": woken, "started": hows.count("started"), "queued": state.counts().queued}
 
-tick = gevent.spawn(ticker)
-gevent.sleep(0.05)
-started = time.monotonic()
-woken, hows, queued = gevent.spawn(work).get()
-elapsed = time.monotonic() - started
-done = True
-tick.join()
+print(json.dumps(measured(work)))
 state.close()
-print(json.dumps({"max_gap": max(gaps), "ticks": len(gaps), "elapsed": elapsed, "woken": woken,
-                  "queued": queued, "started": hows.count("started")}))
 """
+)
 
 
 def artefact_python() -> str:
