@@ -58,7 +58,8 @@ class Cluster:
             )
         self.bin = found
         self.as_root = os.geteuid() == 0
-        self.root = Path(tempfile.mkdtemp(prefix="hookrunner-pg-"))
+        # As root, in /tmp whatever TMPDIR says: the postgres user must reach the folder's path.
+        self.root = Path(tempfile.mkdtemp(prefix="hookrunner-pg-", dir="/tmp" if self.as_root else None))
         self.data = self.root / "data"
         self.logfile = self.root / "server.log"
         self.port = _free_port()

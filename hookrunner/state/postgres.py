@@ -38,9 +38,6 @@ _HOOK_LOCK = 0x686B72
 _CAP_LOCK = 0x686B73
 #: The database's clock, so that replicas' leases do not depend on theirs.
 _NOW = "extract(epoch FROM clock_timestamp())"
-#: A run's states: waiting in its hook's queue; holding its hook's place and waiting for the global cap's (or
-#: for any replica to claim it); claimed and running; folded into a queued run; over.
-_OPEN = ("queued", "line", "running")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS hookrunner_schema (version integer NOT NULL);
@@ -49,6 +46,8 @@ CREATE TABLE IF NOT EXISTS hookrunner_runs (
     hook_id text NOT NULL,
     request_id text NOT NULL,
     spec text NOT NULL,
+    -- waiting in its hook's queue; holding its hook's place, waiting for the cap's or a claimer; claimed;
+    -- folded into a queued run (coalesced_into); over
     state text NOT NULL CHECK (state IN ('queued', 'line', 'running', 'coalesced', 'done')),
     coalesce_key text,
     coalesced_into bigint REFERENCES hookrunner_runs (id),
