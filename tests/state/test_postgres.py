@@ -400,3 +400,22 @@ def test_a_newer_schema_is_left_untouched(replicas: Callable[..., PostgresState]
         conn.execute("UPDATE hookrunner_schema SET version = %s", (SCHEMA_VERSION + 1,))
     with pytest.raises(StateUnavailable, match="newer hookrunner"):
         replicas("b").counts()
+
+
+def test_replicas_starting_together_make_the_schema_once(replicas: Callable[..., PostgresState]) -> None:
+    states = [replicas(f"r{n}") for n in range(6)]
+    errors: list[BaseException] = []
+
+    def first_use(state: PostgresState) -> None:
+        try:
+            state.admit(spec("h", 1), Limits(), None, 0.0)
+        except BaseException as exc:  # noqa: B036 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=first_use, args=(state,)) for state in states]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert states[0].counts().running == 6
