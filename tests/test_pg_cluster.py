@@ -49,3 +49,28 @@ def test_a_cluster_of_its_own_is_removed_with_its_folder() -> None:
     cluster.destroy()
     assert not root.exists()
     assert not cluster.running()
+
+
+@pytest.mark.parametrize(
+    ("uid", "installed", "required", "skips"),
+    [
+        (0, False, False, False),  # CI runs as root: a missing PostgreSQL fails the tests
+        (1000, False, True, False),  # HOOKRUNNER_REQUIRE_POSTGRES (.ci/run): the same
+        (1000, False, False, True),  # a developer's machine without the package: skipped, with the reason
+        (1000, True, False, False),
+    ],
+)
+def test_tests_skip_only_off_ci_without_postgres(
+    monkeypatch: pytest.MonkeyPatch, uid: int, installed: bool, required: bool, skips: bool
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: uid)
+    monkeypatch.setattr(
+        pg_cluster_module, "bindir", lambda: Path("/usr/lib/postgresql/15/bin") if installed else None
+    )
+    if required:
+        monkeypatch.setenv("HOOKRUNNER_REQUIRE_POSTGRES", "1")
+    else:
+        monkeypatch.delenv("HOOKRUNNER_REQUIRE_POSTGRES", raising=False)
+    reason = pg_cluster_module.unavailable_reason()
+    assert (reason is not None) == skips
+    assert reason is None or "apt-get install postgresql" in reason
