@@ -7,6 +7,7 @@ import os
 import shutil
 from collections.abc import Iterator
 
+import pg_cluster as pg_cluster_module
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -22,6 +23,10 @@ def pytest_configure(config: pytest.Config) -> None:
         missing = [tool for tool in REQUIRED_IN_CI if shutil.which(tool) is None]
         if missing:
             raise pytest.UsageError(f"HOOKRUNNER_REQUIRE_REFERENCE is set but these are missing: {missing}")
+    if os.environ.get("HOOKRUNNER_REQUIRE_POSTGRES") and pg_cluster_module.bindir() is None:
+        raise pytest.UsageError(
+            "HOOKRUNNER_REQUIRE_POSTGRES is set but /usr/lib/postgresql/*/bin/pg_ctl is missing"
+        )
 
 
 # Property tests (hypothesis) are seeded: a run is reproducible, and CI sees the same examples each time.
@@ -49,3 +54,24 @@ def log_lines() -> Iterator[io.StringIO]:
     finally:
         log.set_output(saved_stream)
         log.enabled = saved_enabled
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[pg_cluster_module.Cluster]:
+    """A throwaway PostgreSQL for the session (tests/pg_cluster.py), shared by every test that needs one.
+    Skipped only off CI on a machine without PostgreSQL; in CI (root, or HOOKRUNNER_REQUIRE_POSTGRES) a
+    missing or broken PostgreSQL fails the tests that need it."""
+    reason = pg_cluster_module.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    cluster = pg_cluster_module.Cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def pg_database(pg_cluster: pg_cluster_module.Cluster) -> str:
+    """A new, empty database on the session's cluster; its conninfo (TCP, with the test role's password)."""
+    return pg_cluster.create_database()

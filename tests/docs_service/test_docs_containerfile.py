@@ -74,7 +74,11 @@ def test_app_webhook_runs_hookrunner() -> None:
     assert scripts["hookrunner"] == "hookrunner.cli:main"
     runs = " ".join(args_of("RUN"))
     assert "ln -s /opt/venv/bin/hookrunner /app/webhook" in runs
-    assert "python3 -m venv /opt/venv && /opt/venv/bin/pip install /src && rm -rf /src" in " ".join(runs.split())
+    # With the postgres extra: the PostgreSQL run state's driver (issue 33).
+    assert (
+        "python3 -m venv /opt/venv && /opt/venv/bin/pip install '/src[postgres]' && rm -rf /src"
+        in " ".join(runs.split())
+    )
     assert not [w for w in args_of("WORKDIR") if w.startswith("/src")], "a WORKDIR would recreate /src"
     assert json.loads(args_of("ENTRYPOINT")[-1]) == ["/app/webhook"]
     assert json.loads(args_of("CMD")[-1]) == ["-hooks=/etc/webhook/hooks.yaml", "-hotreload", "-verbose"]

@@ -47,11 +47,14 @@ if os.environ.get("HOOKRUNNER_REQUIRE_IMAGE") and PODMAN is None:
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
-        PODMAN is None, reason="PODMAN IS MISSING: the container image is NOT tested (apt-get install podman runc)"
+        PODMAN is None,
+        reason="PODMAN IS MISSING: the container image is NOT tested (apt-get install podman runc)",
     ),
 ]
 
 TAG = "localhost/hookrunner:test"
+
+
 # As scripts/image runs podman: runc and cgroupfs, and rlimits at or below what this VM allows.
 def _hard_limit(which: int, cap: int) -> int:
     hard = resource.getrlimit(which)[1]
@@ -185,7 +188,9 @@ def push(url: str, ref: str) -> requests.Response:
 
 
 def test_image_runs_as_the_deployment_asks(pod: Pod) -> None:
-    inspect = podman("inspect", "--format", "{{.Config.User}} {{.HostConfig.ReadonlyRootfs}}", pod.name).stdout
+    inspect = podman(
+        "inspect", "--format", "{{.Config.User}} {{.HostConfig.ReadonlyRootfs}}", pod.name
+    ).stdout
     assert inspect.split() == ["10001:10001", "true"]
     whoami = podman("exec", pod.name, "id", "-u").stdout.strip()
     assert whoami == "10001"
@@ -193,7 +198,14 @@ def test_image_runs_as_the_deployment_asks(pod: Pod) -> None:
     refused = podman("exec", pod.name, "sh", "-c", "touch /app/x", check=False)
     assert refused.returncode != 0 and "Read-only file system" in refused.stderr
     assert podman("exec", pod.name, "mktemp").stdout.startswith("/tmp/")  # reload.sh's temp files
-    assert podman("exec", pod.name, "test", "!", "-e", "/src", check=False).returncode == 0  # no build leftovers
+    assert (
+        podman("exec", pod.name, "test", "!", "-e", "/src", check=False).returncode == 0
+    )  # no build leftovers
+    # The postgres extra is in: psycopg and its own libpq (the binary wheel), for the PostgreSQL run state.
+    driver = podman(
+        "exec", pod.name, "/opt/venv/bin/python", "-c", "import psycopg; print(psycopg.pq.__impl__)"
+    )
+    assert driver.stdout.strip() == "binary"
     assert pod.started_in < 60
 
 

@@ -1,4 +1,5 @@
-"""The command under test is what users get: the built wheel, installed with no extras into a venv of its own.
+"""The command under test is what users get: the built wheel, installed with its `postgres` extra and no other
+into a venv of its own.
 
 scripts/test builds the wheel and the sdist, installs the wheel into .local/installed and exports
 HOOKRUNNER_BIN and HOOKRUNNER_DIST. With HOOKRUNNER_REQUIRE_INSTALLED set (.ci/run sets it) these tests must
@@ -54,16 +55,23 @@ def installed_venv() -> Path:
 def inspect_install() -> dict[str, object]:
     python = installed_venv() / "bin" / "python"
     # -I: isolated, so the current folder (the checkout, with its hookrunner/) is not on sys.path.
-    done = subprocess.run([str(python), "-I", "-c", INSPECT], capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [str(python), "-I", "-c", INSPECT], capture_output=True, text=True, timeout=60, check=True
+    )
     found: dict[str, object] = json.loads(done.stdout)
     return found
 
 
-def closure(installed: dict[str, list[str]], root: str) -> set[str]:
-    """The distributions `root` needs, following each requirement whose marker holds (extras as asked)."""
+#: The extras scripts/test installs the wheel with: psycopg, for the PostgreSQL run state's tests.
+INSTALLED_EXTRAS = frozenset({"postgres"})
+
+
+def closure(installed: dict[str, list[str]], root: str, extras: frozenset[str] = frozenset()) -> set[str]:
+    """The distributions `root` (with `extras`) needs, following each requirement whose marker holds (extras
+    as asked)."""
     requires = {canonicalize_name(name): reqs for name, reqs in installed.items()}
     needed: set[str] = set()
-    todo: list[tuple[str, frozenset[str]]] = [(canonicalize_name(root), frozenset())]
+    todo: list[tuple[str, frozenset[str]]] = [(canonicalize_name(root), extras)]
     seen: set[tuple[str, frozenset[str]]] = set()
     while todo:
         name, extras = todo.pop()
@@ -97,13 +105,15 @@ def test_hookrunner_is_a_regular_install_of_the_wheel() -> None:
 
 def test_the_venv_holds_only_what_hookrunner_declares() -> None:
     # Nothing may be importable only because a test tool pulled it in: every distribution in the venv is
-    # hookrunner, a requirement reached from its own (extras of its requirements included), or the venv's seed.
+    # hookrunner, a requirement reached from its own (extras of its requirements included, and the extra it was
+    # installed with), or the venv's seed.
     installed: dict[str, list[str]] = inspect_install()["installed"]  # type: ignore[assignment]
     names = {canonicalize_name(name) for name in installed}
-    needed = closure(installed, "hookrunner")
+    needed = closure(installed, "hookrunner", INSTALLED_EXTRAS)
     assert names - needed - VENV_SEED == set()
     assert needed <= names  # pip check below says the same with versions; this names what is missing
     assert "pytest" not in names and "packaging" in needed  # the case that once hid a crash at start
+    assert {"psycopg", "psycopg-binary"} <= needed  # the postgres extra, for the PostgreSQL run state's tests
 
 
 def test_pip_check_is_clean() -> None:
@@ -137,3 +147,8 @@ def test_marker_evaluation_follows_extras() -> None:
         "pytest": [],
     }
     assert closure(installed, "app") == {"app", "lib", "speedup"}
+    # An extra of the root itself is followed only when asked for.
+    installed["app"].append('driver; extra == "db"')
+    installed["driver"] = []
+    assert closure(installed, "app") == {"app", "lib", "speedup"}
+    assert closure(installed, "app", frozenset({"db"})) == {"app", "lib", "speedup", "driver"}
