@@ -49,7 +49,16 @@ class RunState(Protocol):
     def claims(self, limit: int) -> list[Claim]:
         """Runs this replica may start now, claimed for it, oldest first, at most `limit`: queued runs whose
         places are now free, and (at start, or when a holder's lease and grace have passed) unfinished runs
-        of an earlier attempt, each with attempt + 1 and `previous` set."""
+        of an earlier claim, with `previous` set to what that claim recorded as started.
+
+        Attempts number a run's claims, by the same rule in every backend: a run's first claim is attempt 1,
+        whether admit hands it out or it waited first (in its queue, or across the death of the replica or
+        process that admitted it: a run that only waited is claimed on attempt 1); every later claim, a
+        take-over or a replay, is one more than any earlier claim that may have written. So every write a
+        claim makes (started, renew, finish, refuse) names an attempt that no other live claim holds, and a
+        late write from an old attempt is refused. One latitude, the embedded backend's: a claim of its
+        dead process that wrote nothing (it started no process) is not counted, since its holder, gone, can
+        never write; PostgreSQL counts every claim, since a holder that lost its lease may still be alive."""
         ...
 
     def started(self, claim: Claim, processes: Sequence[ProcessId]) -> bool:
