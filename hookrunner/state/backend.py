@@ -23,10 +23,24 @@ class StateUnavailable(Exception):
 
 
 class Waiter(Protocol):
-    """What the owner's loop waits on for new claimable work."""
+    """What the owner's loop waits on for new claimable work: on a thread, with wait(); on an event loop that
+    patches nothing (the gevent owner's), on fileno() becoming readable, then wait(0), then claims()."""
+
+    @property
+    def poll(self) -> float | None:
+        """Seconds after which work may be claimable with no wake at all (PostgreSQL's leases run out and
+        announce nothing, and its LISTEN may be down): a loop that waits on fileno() claims at least this
+        often. None: every new claimable work wakes the waiter (embedded)."""
+        ...
 
     def wait(self, timeout: float | None) -> bool:
-        """True when woken (work may be claimable), False at the timeout."""
+        """True when woken (work may be claimable), or at `poll`; False at the timeout. Consumes the wake."""
+        ...
+
+    def fileno(self) -> int:
+        """A descriptor, the same for the waiter's life, that becomes readable when the waiter is woken (it
+        may also be readable for a wake that wait(0) then finds was nothing: it returns False) and stays
+        readable until wait() consumes the wake. Closed by RunState.close()."""
         ...
 
 
@@ -77,9 +91,11 @@ class RunState(Protocol):
         old attempt."""
         ...
 
-    def refuse(self, run_id: int, outcome: Outcome) -> None:
+    def refuse(self, claim: Claim, outcome: Outcome) -> bool:
         """Finish a claimed run that will not run (no such hook any more, `replay: false`), freeing its
-        places."""
+        places, as finish does: only if `claim.attempt` is the run's current attempt, so that a replica
+        whose claim another took over cannot end the run that one now holds. False, and nothing written,
+        otherwise."""
         ...
 
     def wake(self) -> Waiter:
@@ -89,6 +105,11 @@ class RunState(Protocol):
 
     def counts(self) -> Counts:
         """Running and queued runs, in all and per hook, over every replica that shares this state."""
+        ...
+
+    def ready(self) -> bool:
+        """Whether a run can be recorded now (the readiness check): the journal can write (embedded, or
+        true without one), the database answers and takes writes (PostgreSQL). Never raises."""
         ...
 
     def record(self, event: Event) -> None:

@@ -74,7 +74,9 @@ class _Wake:
     """The run owner's Waiter: set whenever something may be claimable. A thread waits with wait(); an event
     loop that is not monkey-patched (the gevent owner's) must not block on a threading.Event, so it may
     wait instead for fileno() to be readable (an eventfd, made on first use), then call wait(0), then
-    claim. RunState's Waiter names only wait(): fileno() is this backend's, proposed for the protocol."""
+    claim (state/backend.py's Waiter). Every new claimable run sets it: no poll is needed."""
+
+    poll: float | None = None
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -266,16 +268,10 @@ class EmbeddedState:
             self._journal.finished(rows, outcome.status, claim.attempt)
         return True
 
-    def refuse(self, run_id: int, outcome: Outcome) -> None:
-        """As RunState.refuse: only a claimed run (one holding its places) is refused; any other id is
-        ignored."""
-        with self._lock:
-            entry = self._runs.get(run_id)
-            if entry is None or not entry.claimed:
-                return
-            rows = self._end(entry)
-        if self._journal is not None:
-            self._journal.finished(rows, outcome.status)
+    def refuse(self, claim: Claim, outcome: Outcome) -> bool:
+        """As RunState.refuse: the end finish makes, on the same attempt check; the outcome says why it
+        did not run."""
+        return self.finish(claim, outcome)
 
     def _held(self, claim: Claim) -> _Run | None:
         """The run `claim` stands for, if it is that run's current, claimed attempt (under the lock)."""
@@ -315,9 +311,8 @@ class EmbeddedState:
             )
 
     def ready(self) -> bool:
-        """Whether a run can be recorded now (readiness: /healthz?ready), trying a failing journal's writes
-        again at most once a second. Not in RunState yet: proposed for it, since the owner answers
-        readiness for every backend."""
+        """As RunState.ready: whether the journal can record a run now (true without one), trying a failing
+        journal's writes again at most once a second."""
         return accepts_runs(self._journal)
 
     def record(self, event: Event) -> None:

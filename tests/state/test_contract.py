@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import select
 import threading
 import time
 from collections import Counter
@@ -362,6 +363,7 @@ def test_a_finish_from_a_stale_attempt_is_refused_and_changes_nothing(state_back
     assert claim is not None and claim.attempt == 1
     stale = dataclasses.replace(claim, attempt=claim.attempt - 1)
     assert not state.finish(stale, OK)
+    assert not state.refuse(stale, Outcome("not run: no hook deploy"))
     assert not state.started(stale, [ProcessId(1, 2)])
     assert state.claims(10) == []  # the place is still held
     assert (state.counts().running, state.counts().queued) == (1, 1)
@@ -369,6 +371,20 @@ def test_a_finish_from_a_stale_attempt_is_refused_and_changes_nothing(state_back
     assert state.finish(claim, OK)
     assert not state.finish(claim, OK)  # a second finish of the same attempt: the run is over
     assert [c.run_id for c in state.claims(10)] == [queued.run_id]
+
+
+def test_a_refused_run_frees_its_places_once(state_backend: Backend) -> None:
+    state = state_backend.open()
+    limits = Limits(max_concurrency=1, max_queue=1)
+    running, queued = admit(state, limits=limits), admit(state, limits=limits)
+    assert running.claim is not None
+    assert state.refuse(running.claim, Outcome("not run: no hook deploy"))
+    assert not state.refuse(running.claim, Outcome("not run: no hook deploy"))  # over: nothing to end
+    assert not state.finish(running.claim, OK)
+    [claim] = state.claims(10)
+    assert claim.run_id == queued.run_id
+    assert state.refuse(claim, Outcome("not run: no hook deploy"))
+    assert (state.counts().running, state.counts().queued) == (0, 0)
 
 
 def test_renew_loses_no_claim(state_backend: Backend) -> None:
@@ -410,6 +426,8 @@ def test_a_replay_is_claimed_exactly_once_on_its_next_attempt_with_its_previous_
     assert again.previous == (ProcessId(101, 5000), ProcessId(102, 5001))
     assert again.spec == ran.claim.spec
     assert not second.finish(ran.claim, OK)  # attempt 1's late finish
+    assert not second.refuse(ran.claim, Outcome("not replayed: no such hook"))  # nor can it end attempt 2
+    assert not second.started(ran.claim, [ProcessId(103, 5002)])
     assert second.finish(again, OK)
     [after] = second.claims(10)
     # It only waited: its first claim, on attempt 1 (state/backend.py's RunState.claims).
@@ -435,7 +453,7 @@ def test_refused_busy_and_coalesced_runs_are_finished_with_their_run_and_not_rep
     assert claim.run_id == waiting.run_id and first.finish(claim, OK)
     refused = admit(first)
     assert refused.claim is not None
-    first.refuse(refused.run_id, Outcome("not replayed: no such hook"))
+    assert first.refuse(refused.claim, Outcome("not replayed: no such hook"))
     left = admit(first)  # the only run left unfinished
     first.close()
     second = durable_backend.open()
@@ -445,16 +463,47 @@ def test_refused_busy_and_coalesced_runs_are_finished_with_their_run_and_not_rep
 def test_an_unwritable_store_admits_nothing_and_says_when_to_come_back(durable_backend: Backend) -> None:
     state = durable_backend.open()
     first = admit(state)
+    assert state.ready()
     with durable_backend.unwritable():
         with pytest.raises(StateUnavailable) as unavailable:
             admit(state)
         assert unavailable.value.retry_after == 5
+        assert not state.ready()  # the readiness check says so too
         assert (state.counts().running, state.counts().queued) == (1, 0)
     assert first.claim is not None and state.finish(first.claim, OK)
     later = admit(state)
     assert later.claim is not None
+    assert state.ready()
     state.close()
     assert [c.run_id for c in durable_backend.open().claims(10)] == [later.run_id]
+
+
+# --- waiting ---
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+def test_the_waiters_descriptor_becomes_readable_when_a_place_frees(state_backend: Backend) -> None:
+    # What an event loop that patches nothing waits on: the descriptor, then wait(0), then claims().
+    state = state_backend.open()
+    limits = Limits(max_concurrency=1, max_queue=1)
+    running, queued = admit(state, limits=limits), admit(state, limits=limits)
+    waiter = state.wake()
+    fd = waiter.fileno()
+    assert waiter.poll is None or waiter.poll > 0
+    for _ in range(100):  # earlier wakes (the admissions') consumed, until it stays quiet
+        if not _readable(fd, 0.1):
+            break
+        waiter.wait(0)
+    assert not _readable(fd, 0.2)
+    assert state.claims(10) == []
+    assert running.claim is not None and state.finish(running.claim, OK)
+    assert _readable(fd, 5)
+    assert waiter.wait(0)
+    assert waiter.fileno() == fd  # the same descriptor for the waiter's life
+    assert [c.run_id for c in state.claims(10)] == [queued.run_id]
 
 
 # --- counts ---
