@@ -2,9 +2,10 @@
 hookrunner/state/ room"). Its places (per-hook concurrency, the queue, coalescing, the global cap) are
 state/slots.py's, in memory; with -state-dir each run is also a row of the journal (state/journal.py),
 written before the run is admitted, and the rows a dead process left unfinished come back, once, as the
-first claims, each on its next attempt. Without -state-dir run ids come from a counter and nothing outlives
-the process. There is no other claimer on the host (the master holds -state-dir's lock), so a claim lasts
-the owner's life: `renew` never loses one, and attempts change only across a restart's replay.
+first claims, each on its next attempt (a run that only waited, on attempt 1: state/backend.py's rule).
+Without -state-dir run ids come from a counter and nothing outlives the process. There is no other claimer
+on the host (the master holds -state-dir's lock), so a claim lasts the owner's life: `renew` never loses
+one, and attempts change only across a restart's replay. state/opener.py's open_state builds it.
 
 Thread-safe: every call takes one lock, but for the journal's writes, made outside it (each an fsync) on
 rows that only the caller's run can reach; so `counts` and `claims` never wait for the disk."""
@@ -19,9 +20,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from hookrunner.config import Config
 from hookrunner.hooks.model import Limits
-from hookrunner.state.backend import RunState, StateUnavailable
+from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.journal import Journal, JournalUnwritable, accepts_runs
 from hookrunner.state.model import (
     FOREVER,
@@ -35,7 +35,7 @@ from hookrunner.state.model import (
 )
 from hookrunner.state.slots import COALESCED, QUEUED, STARTED, Busy, Slots
 
-__all__ = ["COALESCED", "QUEUED", "STARTED", "Busy", "EmbeddedState", "open_state"]
+__all__ = ["COALESCED", "QUEUED", "STARTED", "Busy", "EmbeddedState"]
 
 #: What a run refused at its hook's full queue is finished with in the journal.
 BUSY_STATUS = "not run: busy"
@@ -323,16 +323,3 @@ class EmbeddedState:
         self._wake.close()
         if self._journal is not None:
             self._journal.close()
-
-
-def open_state(
-    config: Config,
-    boot_id: str,
-    feed: Callable[[Event], None] = _no_feed,
-    limits: Callable[[str], Limits] = _no_limits,
-) -> RunState:
-    """The run state the config asks for: today always the embedded one, with the journal in
-    `config.state_dir` when set (raises state.journal.JournalError when it cannot be used). Here, not in
-    state/backend.py, since backend.py is what every backend imports (a choice there would be a circle)."""
-    journal = Journal(config.state_dir, boot_id, config.state_keep) if config.state_dir else None
-    return EmbeddedState(journal, config.max_concurrent_commands, boot_id, feed, limits)

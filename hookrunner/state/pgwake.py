@@ -16,6 +16,17 @@ from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.pgconn import close_quietly
 
 
+def _epoll() -> select.epoll:
+    """A new epoll object: select's own, or, once gevent's monkey patching has taken it out of `select` (its
+    loop waits with poll instead), the original that gevent kept; either way a descriptor a loop can watch."""
+    make = getattr(select, "epoll", None)
+    if make is None:
+        from gevent.monkey import get_original  # patched: gevent is loaded already
+
+        make = get_original("select", "epoll")
+    return make(flags=select.EPOLL_CLOEXEC)
+
+
 class Listener:
     """LISTEN `channel` on an autocommit connection from `connect`. A wait ends at another instance's NOTIFY
     or a poke from this one (True), at the poll interval (True: work may be claimable) or at the timeout
@@ -35,7 +46,7 @@ class Listener:
         self._conn: psycopg.Connection[Any] | None = None
         # A pipe, not an Event: a poke must also end a wait in select(), on a thread or on gevent's loop.
         self._poked, self._poke = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._epoll = select.epoll(flags=select.EPOLL_CLOEXEC)
+        self._epoll = _epoll()
         self._epoll.register(self._poked, select.EPOLLIN)
         self._watched = -1  # the listening socket the epoll watches, if any
         try:
