@@ -23,10 +23,24 @@ class StateUnavailable(Exception):
 
 
 class Waiter(Protocol):
-    """What the owner's loop waits on for new claimable work."""
+    """What the owner's loop waits on for new claimable work: on a thread, with wait(); on an event loop that
+    patches nothing (the gevent owner's), on fileno() becoming readable, then wait(0), then claims()."""
+
+    @property
+    def poll(self) -> float | None:
+        """Seconds after which work may be claimable with no wake at all (PostgreSQL's leases run out and
+        announce nothing, and its LISTEN may be down): a loop that waits on fileno() claims at least this
+        often. None: every new claimable work wakes the waiter (embedded)."""
+        ...
 
     def wait(self, timeout: float | None) -> bool:
-        """True when woken (work may be claimable), False at the timeout."""
+        """True when woken (work may be claimable), or at `poll`; False at the timeout. Consumes the wake."""
+        ...
+
+    def fileno(self) -> int:
+        """A descriptor, the same for the waiter's life, that becomes readable when the waiter is woken (it
+        may also be readable for a wake that wait(0) then finds was nothing: it returns False) and stays
+        readable until wait() consumes the wake. Closed by RunState.close()."""
         ...
 
 
@@ -49,7 +63,16 @@ class RunState(Protocol):
     def claims(self, limit: int) -> list[Claim]:
         """Runs this replica may start now, claimed for it, oldest first, at most `limit`: queued runs whose
         places are now free, and (at start, or when a holder's lease and grace have passed) unfinished runs
-        of an earlier attempt, each with attempt + 1 and `previous` set."""
+        of an earlier claim, with `previous` set to what that claim recorded as started.
+
+        Attempts number a run's claims, by the same rule in every backend: a run's first claim is attempt 1,
+        whether admit hands it out or it waited first (in its queue, or across the death of the replica or
+        process that admitted it: a run that only waited is claimed on attempt 1); every later claim, a
+        take-over or a replay, is one more than any earlier claim that may have written. So every write a
+        claim makes (started, renew, finish, refuse) names an attempt that no other live claim holds, and a
+        late write from an old attempt is refused. One latitude, the embedded backend's: a claim of its
+        dead process that wrote nothing (it started no process) is not counted, since its holder, gone, can
+        never write; PostgreSQL counts every claim, since a holder that lost its lease may still be alive."""
         ...
 
     def started(self, claim: Claim, processes: Sequence[ProcessId]) -> bool:
@@ -68,9 +91,11 @@ class RunState(Protocol):
         old attempt."""
         ...
 
-    def refuse(self, run_id: int, outcome: Outcome) -> None:
+    def refuse(self, claim: Claim, outcome: Outcome) -> bool:
         """Finish a claimed run that will not run (no such hook any more, `replay: false`), freeing its
-        places."""
+        places, as finish does: only if `claim.attempt` is the run's current attempt, so that a replica
+        whose claim another took over cannot end the run that one now holds. False, and nothing written,
+        otherwise."""
         ...
 
     def wake(self) -> Waiter:
@@ -80,6 +105,11 @@ class RunState(Protocol):
 
     def counts(self) -> Counts:
         """Running and queued runs, in all and per hook, over every replica that shares this state."""
+        ...
+
+    def ready(self) -> bool:
+        """Whether a run can be recorded now (the readiness check): the journal can write (embedded, or
+        true without one), the database answers and takes writes (PostgreSQL). Never raises."""
         ...
 
     def record(self, event: Event) -> None:

@@ -2,9 +2,10 @@
 hookrunner/state/ room"). Its places (per-hook concurrency, the queue, coalescing, the global cap) are
 state/slots.py's, in memory; with -state-dir each run is also a row of the journal (state/journal.py),
 written before the run is admitted, and the rows a dead process left unfinished come back, once, as the
-first claims, each on its next attempt. Without -state-dir run ids come from a counter and nothing outlives
-the process. There is no other claimer on the host (the master holds -state-dir's lock), so a claim lasts
-the owner's life: `renew` never loses one, and attempts change only across a restart's replay.
+first claims, each on its next attempt (a run that only waited, on attempt 1: state/backend.py's rule).
+Without -state-dir run ids come from a counter and nothing outlives the process. There is no other claimer
+on the host (the master holds -state-dir's lock), so a claim lasts the owner's life: `renew` never loses
+one, and attempts change only across a restart's replay. state/opener.py's open_state builds it.
 
 Thread-safe: every call takes one lock, but for the journal's writes, made outside it (each an fsync) on
 rows that only the caller's run can reach; so `counts` and `claims` never wait for the disk."""
@@ -19,9 +20,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from hookrunner.config import Config
 from hookrunner.hooks.model import Limits
-from hookrunner.state.backend import RunState, StateUnavailable
+from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.journal import Journal, JournalUnwritable, accepts_runs
 from hookrunner.state.model import (
     FOREVER,
@@ -35,7 +35,7 @@ from hookrunner.state.model import (
 )
 from hookrunner.state.slots import COALESCED, QUEUED, STARTED, Busy, Slots
 
-__all__ = ["COALESCED", "QUEUED", "STARTED", "Busy", "EmbeddedState", "open_state"]
+__all__ = ["COALESCED", "QUEUED", "STARTED", "Busy", "EmbeddedState"]
 
 #: What a run refused at its hook's full queue is finished with in the journal.
 BUSY_STATUS = "not run: busy"
@@ -74,7 +74,9 @@ class _Wake:
     """The run owner's Waiter: set whenever something may be claimable. A thread waits with wait(); an event
     loop that is not monkey-patched (the gevent owner's) must not block on a threading.Event, so it may
     wait instead for fileno() to be readable (an eventfd, made on first use), then call wait(0), then
-    claim. RunState's Waiter names only wait(): fileno() is this backend's, proposed for the protocol."""
+    claim (state/backend.py's Waiter). Every new claimable run sets it: no poll is needed."""
+
+    poll: float | None = None
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -266,16 +268,10 @@ class EmbeddedState:
             self._journal.finished(rows, outcome.status, claim.attempt)
         return True
 
-    def refuse(self, run_id: int, outcome: Outcome) -> None:
-        """As RunState.refuse: only a claimed run (one holding its places) is refused; any other id is
-        ignored."""
-        with self._lock:
-            entry = self._runs.get(run_id)
-            if entry is None or not entry.claimed:
-                return
-            rows = self._end(entry)
-        if self._journal is not None:
-            self._journal.finished(rows, outcome.status)
+    def refuse(self, claim: Claim, outcome: Outcome) -> bool:
+        """As RunState.refuse: the end finish makes, on the same attempt check; the outcome says why it
+        did not run."""
+        return self.finish(claim, outcome)
 
     def _held(self, claim: Claim) -> _Run | None:
         """The run `claim` stands for, if it is that run's current, claimed attempt (under the lock)."""
@@ -315,9 +311,8 @@ class EmbeddedState:
             )
 
     def ready(self) -> bool:
-        """Whether a run can be recorded now (readiness: /healthz?ready), trying a failing journal's writes
-        again at most once a second. Not in RunState yet: proposed for it, since the owner answers
-        readiness for every backend."""
+        """As RunState.ready: whether the journal can record a run now (true without one), trying a failing
+        journal's writes again at most once a second."""
         return accepts_runs(self._journal)
 
     def record(self, event: Event) -> None:
@@ -328,16 +323,3 @@ class EmbeddedState:
         self._wake.close()
         if self._journal is not None:
             self._journal.close()
-
-
-def open_state(
-    config: Config,
-    boot_id: str,
-    feed: Callable[[Event], None] = _no_feed,
-    limits: Callable[[str], Limits] = _no_limits,
-) -> RunState:
-    """The run state the config asks for: today always the embedded one, with the journal in
-    `config.state_dir` when set (raises state.journal.JournalError when it cannot be used). Here, not in
-    state/backend.py, since backend.py is what every backend imports (a choice there would be a circle)."""
-    journal = Journal(config.state_dir, boot_id, config.state_keep) if config.state_dir else None
-    return EmbeddedState(journal, config.max_concurrent_commands, boot_id, feed, limits)

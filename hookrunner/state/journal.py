@@ -7,11 +7,13 @@ environment variables, the contents of its files and its working directory. Rows
 finished; a running row also names its attempt's processes (pid and start time: state/model.py), so that
 a replay can end what is still running of it first; a finished row keeps only its ids, times and exit status
 (the spec, which holds the payload's secrets, is dropped and its bytes zeroed), and finished rows are pruned
-to the newest `keep`.
+to the newest `keep`. A row a replay claimed is running from that claim on, started or not.
 
-Each row also counts its attempts (schema 3): a claim of left-overs starts the next one, and a caller that
-names its attempt when it records processes or finishes a row changes nothing when the row has moved on to
-a later attempt (a late write from an old attempt: the call returns False). docs/run-state.md, "How each
+Each row also counts its attempts (schema 3; the rule is state/backend.py's RunState.claims): a run is on
+attempt 1 from its acceptance, and a claim of left-overs starts the next one, unless the row never started
+and no replay claimed it before (a run that only waited is claimed on attempt 1). A caller that names its
+attempt when it records processes or finishes a row changes nothing when the row has moved on to a later
+attempt (a late write from an old attempt: the call returns False). docs/run-state.md, "How each
 guarantee is kept".
 
 Each row names its owner: the serving process that accepted it (a boot id shared by all the workers of one
@@ -49,7 +51,7 @@ from hookrunner.state.model import ProcessId, RunSpec
 
 #: The schema this hookrunner writes; a journal with a higher PRAGMA user_version is refused, one with a
 #: lower one is brought up to it. 2: each run's `processes`, the attempt's leader first. 3: each run's
-#: `attempt`, 1 when accepted and one more at each claim of left-overs.
+#: `attempt`, 1 when accepted and one more at each claim of left-overs that started or was claimed before.
 SCHEMA_VERSION = 3
 FILE_NAME = "journal.sqlite3"
 LOCK_NAME = "journal.lock"
@@ -116,7 +118,8 @@ class LeftOver:
     spec: RunSpec
     #: The processes of its last attempt, as recorded (the leader first); empty when it never started.
     processes: tuple[ProcessId, ...] = ()
-    #: The attempt this claim starts: one more than the last (1 for a run accepted, never claimed).
+    #: The attempt this claim starts: one more than the last, or 1 for a run that never started and that no
+    #: replay claimed before.
     attempt: int = 2
 
 
@@ -480,12 +483,12 @@ class Journal:
                     [(FINISHED, "finished while the journal could not write", i, FINISHED) for i in done],
                 )
                 rows = self._db.execute(
-                    "SELECT id, hook, request_id, accepted_at, owner, spec, processes, attempt FROM runs "
-                    "WHERE state IN (?, ?) ORDER BY id",
+                    "SELECT id, hook, request_id, accepted_at, owner, spec, processes, attempt, state "
+                    "FROM runs WHERE state IN (?, ?) ORDER BY id",
                     (ACCEPTED, RUNNING),
                 ).fetchall()
                 claimed: list[LeftOver] = []
-                for run_id, hook, request_id, accepted_at, owner, spec, processes, attempt in rows:
+                for run_id, hook, request_id, accepted_at, owner, spec, processes, attempt, state in rows:
                     boot, _, pid = str(owner).rpartition(":")
                     if owner == me and run_id > self._opened_at_id:
                         continue  # this process's own run (a claim tried again after a full disk)
@@ -494,14 +497,18 @@ class Journal:
                     try:
                         run_spec = RunSpec.from_json(hook, request_id, spec)
                         previous = tuple(_processes_from(processes))
-                        left = LeftOver(run_id, accepted_at, run_spec, previous, int(attempt) + 1)
+                        # An accepted row on attempt 1 never started and no replay claimed it: its
+                        # first claim that can write is still to come. A replay's claim is marked running
+                        # (below), so that the next replay counts on from it even if it never starts.
+                        counted = str(state) == RUNNING or int(attempt) > 1
+                        left = LeftOver(run_id, accepted_at, run_spec, previous, int(attempt) + counted)
                     except (ValueError, KeyError, TypeError):
                         log.output(f"run journal: run {run_id} of hook {hook} cannot be read; not replayed")
                         self._db.execute(_FINISH, (FINISHED, "unreadable", run_id))
                         continue
                     self._db.execute(
-                        "UPDATE runs SET state = ?, owner = ?, attempt = attempt + 1 WHERE id = ?",
-                        (ACCEPTED, me, run_id),
+                        "UPDATE runs SET state = ?, owner = ?, attempt = ? WHERE id = ?",
+                        (RUNNING, me, left.attempt, run_id),
                     )
                     claimed.append(left)
                 self._db.execute("COMMIT")

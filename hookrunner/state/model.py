@@ -87,7 +87,8 @@ class Claim:
     """A run this replica may start now, held by it: the run's id, what to start, which attempt this is (a
     finish or a process record from another attempt is refused) and until when the claim holds unless
     renewed (wall-clock seconds; FOREVER for the embedded backend). `previous`: what still ran of the run's
-    earlier attempt, as recorded, to be ended before this one starts."""
+    earlier attempt, as recorded, to be ended before this one starts. Attempts count the run's claims from 1
+    (state/backend.py's RunState.claims says how)."""
 
     run_id: int
     spec: RunSpec

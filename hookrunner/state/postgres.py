@@ -374,21 +374,10 @@ class PostgresState:
             self._over(cur, claim.run_id, row[0], outcome)
             return True
 
-    def refuse(self, run_id: int, outcome: Outcome) -> None:
-        """A claimed (or waiting) run that will not run is over, freeing its places, as finish does."""
-        with self._transaction() as cur:
-            cur.execute("SELECT hook_id FROM hookrunner_runs WHERE id = %s", (run_id,))
-            row = cur.fetchone()
-            if row is None:
-                return
-            self._lock_places(cur, [row[0]])
-            cur.execute(
-                f"UPDATE hookrunner_runs SET state = 'done', outcome = %s, finished_at = {_NOW}"
-                " WHERE id = %s AND state IN ('queued', 'line', 'running')",
-                (outcome.status, run_id),
-            )
-            if cur.rowcount == 1:
-                self._over(cur, run_id, row[0], outcome)
+    def refuse(self, claim: Claim, outcome: Outcome) -> bool:
+        """A claimed run that will not run is over, as finish ends it, on the same attempt check: a replica
+        whose claim was taken over cannot end the run the other now holds."""
+        return self.finish(claim, outcome)
 
     def _over(self, cur: psycopg.Cursor[Any], run_id: int, hook: str, outcome: Outcome) -> None:
         cur.execute(
@@ -399,7 +388,7 @@ class PostgresState:
         self._promote(cur, hook)
         self._notify(cur)
 
-    # --- waiting, counting, history ---
+    # --- waiting, counting, readiness, history ---
 
     def wake(self) -> Listener:
         """A Waiter on LISTEN hookrunner_runs (its own connection), with polling every `poll` seconds; the
@@ -432,6 +421,18 @@ class PostgresState:
             )
             per_hook = tuple((str(h), int(r), int(q)) for h, r, q in cur.fetchall())
         return Counts(sum(r for _, r, _ in per_hook), sum(q for _, _, q in per_hook), per_hook)
+
+    def ready(self) -> bool:
+        """As RunState.ready: the database answers, and takes writes (a primary demoted by a failover, or a
+        read-only database, does not). One round trip; never raises."""
+        try:
+            with self._transaction() as cur:
+                cur.execute(
+                    "SELECT current_setting('transaction_read_only') = 'off' AND NOT pg_is_in_recovery()"
+                )
+                return bool(_row(cur)[0])
+        except StateUnavailable:
+            return False
 
     def record(self, event: Event) -> None:
         """A history event, into hookrunner_events with this replica's name. The history is not the journal:

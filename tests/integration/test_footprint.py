@@ -54,6 +54,10 @@ OPTIONAL = {
     "hookrunner.serve.admin": "-admin-addr",
     "hookrunner.state.historystore": "-admin-addr",
     "multiprocessing.connection": "-admin-addr",
+    # The PostgreSQL run state (state/opener.py imports it for a postgresql:// URL only); the installed
+    # artefact carries psycopg, so its absence here is the code's doing, not the install's.
+    "psycopg": "a postgresql:// run state",
+    "hookrunner.state.postgres": "a postgresql:// run state",
 }
 
 
@@ -159,6 +163,20 @@ def test_the_version_is_the_installed_one(tmp_path: Path) -> None:
     ).stdout.strip()
     done = subprocess.run([HOOKRUNNER_BIN, "-version"], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.startswith(f"hookrunner version {metadata} ")
+
+
+def test_the_version_loads_no_optional_library() -> None:
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+    done = subprocess.run(
+        [HOOKRUNNER_BIN, "-version"], capture_output=True, text=True, timeout=60, check=True, env=env
+    )
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "hookrunner.cli" in imported  # the log lists the command's own imports
+    assert {name: flag for name, flag in OPTIONAL.items() if name in imported} == {}
 
 
 @pytest.mark.parametrize(

@@ -8,23 +8,27 @@ RunState on this test's own storage (each call a new RunState on the same storag
 process's would be), `unwritable()` is a context in which that storage refuses writes. To add a backend
 (issue 33's PostgreSQL), write such a class beside `_Embedded` and `_Journaled` (for PostgreSQL: a schema of
 its own per test, a new replica name per `open()`, expired leases claimable at once) and add it to
-BACKENDS; every case then runs on it too. A backend that keeps nothing past close() sets `durable = False`
+BACKENDS; every case then runs on it too. PostgreSQL (`_Postgres`) is there: a database of its own per test
+on the session's throwaway cluster, one replica name for every `open()` (a restarted replica takes its own
+runs back at once, as a restarted process takes its journal's), a read-only database for `unwritable()`. A backend that keeps nothing past close() sets `durable = False`
 and joins only the cases of `state_backend`."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import select
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Protocol
 
 import pytest
 from journal_faults import failing_disk
+from pg_cluster import Cluster
 
 from hookrunner.hooks.model import Limits
 from hookrunner.state.backend import RunState, StateUnavailable
@@ -57,7 +61,7 @@ class _Embedded:
 
     durable = False
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, request: pytest.FixtureRequest) -> None:
         self.opened: list[RunState] = []
 
     def open(
@@ -75,8 +79,8 @@ class _Journaled(_Embedded):
 
     durable = True
 
-    def __init__(self, tmp_path: Path) -> None:
-        super().__init__(tmp_path)
+    def __init__(self, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+        super().__init__(tmp_path, request)
         self.state_dir = tmp_path / "state"
         self._boots = itertools.count(1)
 
@@ -92,12 +96,54 @@ class _Journaled(_Embedded):
         return failing_disk(self.state_dir)
 
 
-BACKENDS: dict[str, Callable[[Path], Backend]] = {"embedded": _Embedded, "embedded-journal": _Journaled}
+class _Postgres:
+    """PostgresState on a database of this test's own; each open() the same replica started again."""
+
+    durable = True
+
+    def __init__(self, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+        self.opened: list[RunState] = []
+        self.cluster: Cluster = request.getfixturevalue("pg_cluster")
+        self.conninfo: str = request.getfixturevalue("pg_database")
+        self.database = self.conninfo.split("dbname=")[1].split()[0]
+
+    def open(
+        self, max_running: int = 0, limits: Callable[[str], Limits] = lambda hook: UNLIMITED
+    ) -> RunState:
+        from hookrunner.state.postgres import PostgresState  # the postgres extra: only for this backend
+
+        self.opened.append(PostgresState(self.conninfo, "replica", max_running))
+        return self.opened[-1]
+
+    @contextmanager
+    def unwritable(self) -> Iterator[None]:
+        """The database read-only (as a primary demoted by a failover), its sessions cut so that new ones
+        see it; writable again, the same way, at the end."""
+        self._read_only(True)
+        try:
+            yield
+        finally:
+            self._read_only(False)
+
+    def _read_only(self, on: bool) -> None:
+        setting = "SET default_transaction_read_only = on" if on else "RESET default_transaction_read_only"
+        self.cluster.psql("postgres", f"ALTER DATABASE {self.database} {setting}")
+        self.cluster.psql(
+            "postgres",
+            f"SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = '{self.database}'",
+        )
+
+
+BACKENDS: dict[str, Callable[[Path, pytest.FixtureRequest], Backend]] = {
+    "embedded": _Embedded,
+    "embedded-journal": _Journaled,
+    "postgres": _Postgres,
+}
 DURABLE = [name for name, make in BACKENDS.items() if getattr(make, "durable", False)]
 
 
-def _backend(name: str, tmp_path: Path) -> Iterator[Backend]:
-    backend = BACKENDS[name](tmp_path)
+def _backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    backend = BACKENDS[name](tmp_path, request)
     try:
         yield backend
     finally:
@@ -107,12 +153,12 @@ def _backend(name: str, tmp_path: Path) -> Iterator[Backend]:
 
 @pytest.fixture(params=list(BACKENDS))
 def state_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    yield from _backend(request.param, tmp_path)
+    yield from _backend(request.param, request, tmp_path)
 
 
 @pytest.fixture(params=DURABLE)
 def durable_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    yield from _backend(request.param, tmp_path)
+    yield from _backend(request.param, request, tmp_path)
 
 
 _numbers = itertools.count(1)
@@ -144,6 +190,8 @@ def running_and_waiting(state: RunState, key: str, max_queue: int) -> tuple[Limi
 
 def test_caps_hold_under_concurrent_admits_from_8_threads(state_backend: Backend) -> None:
     # Three hooks of 2 places each under a cap of 4: when the cap is full, some hook holds both its places.
+    # Runs hold until the cap has been seen full (at most 20 s), so that reaching it is the backend's doing,
+    # not a race between its admissions and 5 ms runs; after that, each run takes 5 ms.
     cap, per_hook = 4, 2
     limits = Limits(max_concurrency=per_hook, max_queue=1000)
     state = state_backend.open(max_running=cap)
@@ -152,6 +200,8 @@ def test_caps_hold_under_concurrent_admits_from_8_threads(state_backend: Backend
     most: Counter[str] = Counter()
     ran: list[int] = []
     errors: list[str] = []
+    full = threading.Event()
+    hold_until = time.monotonic() + 20  # one deadline for all: a backend that never fills the cap fails fast
 
     def run(claim: Claim) -> None:
         hook = claim.spec.hook_id
@@ -161,6 +211,9 @@ def test_caps_hold_under_concurrent_admits_from_8_threads(state_backend: Backend
             most[hook] = max(most[hook], held[hook])
             most["all"] = max(most["all"], held["all"])
             ran.append(claim.run_id)
+            if held["all"] >= cap:
+                full.set()
+        full.wait(max(0.0, hold_until - time.monotonic()))
         time.sleep(0.005)
         with lock:  # given back before the finish: the finish hands the places on at once
             held[hook] -= 1
@@ -200,9 +253,9 @@ def test_caps_hold_under_concurrent_admits_from_8_threads(state_backend: Backend
     stop.set()
     helper.join()
     assert errors == []
-    assert sorted(ran) == sorted(admitted) and len(set(ran)) == 200  # each admitted run ran once
     assert most["all"] == cap  # the global cap was reached and never passed
     assert max(most[f"hook-{h}"] for h in range(3)) == per_hook  # as was a hook's, never passed
+    assert sorted(ran) == sorted(admitted) and len(set(ran)) == 200  # each admitted run ran once
     counts = state.counts()
     assert (counts.running, counts.queued) == (0, 0)
 
@@ -311,6 +364,7 @@ def test_a_finish_from_a_stale_attempt_is_refused_and_changes_nothing(state_back
     assert claim is not None and claim.attempt == 1
     stale = dataclasses.replace(claim, attempt=claim.attempt - 1)
     assert not state.finish(stale, OK)
+    assert not state.refuse(stale, Outcome("not run: no hook deploy"))
     assert not state.started(stale, [ProcessId(1, 2)])
     assert state.claims(10) == []  # the place is still held
     assert (state.counts().running, state.counts().queued) == (1, 1)
@@ -318,6 +372,20 @@ def test_a_finish_from_a_stale_attempt_is_refused_and_changes_nothing(state_back
     assert state.finish(claim, OK)
     assert not state.finish(claim, OK)  # a second finish of the same attempt: the run is over
     assert [c.run_id for c in state.claims(10)] == [queued.run_id]
+
+
+def test_a_refused_run_frees_its_places_once(state_backend: Backend) -> None:
+    state = state_backend.open()
+    limits = Limits(max_concurrency=1, max_queue=1)
+    running, queued = admit(state, limits=limits), admit(state, limits=limits)
+    assert running.claim is not None
+    assert state.refuse(running.claim, Outcome("not run: no hook deploy"))
+    assert not state.refuse(running.claim, Outcome("not run: no hook deploy"))  # over: nothing to end
+    assert not state.finish(running.claim, OK)
+    [claim] = state.claims(10)
+    assert claim.run_id == queued.run_id
+    assert state.refuse(claim, Outcome("not run: no hook deploy"))
+    assert (state.counts().running, state.counts().queued) == (0, 0)
 
 
 def test_renew_loses_no_claim(state_backend: Backend) -> None:
@@ -359,9 +427,12 @@ def test_a_replay_is_claimed_exactly_once_on_its_next_attempt_with_its_previous_
     assert again.previous == (ProcessId(101, 5000), ProcessId(102, 5001))
     assert again.spec == ran.claim.spec
     assert not second.finish(ran.claim, OK)  # attempt 1's late finish
+    assert not second.refuse(ran.claim, Outcome("not replayed: no such hook"))  # nor can it end attempt 2
+    assert not second.started(ran.claim, [ProcessId(103, 5002)])
     assert second.finish(again, OK)
     [after] = second.claims(10)
-    assert (after.run_id, after.attempt, after.previous) == (waited.run_id, 2, ())
+    # It only waited: its first claim, on attempt 1 (state/backend.py's RunState.claims).
+    assert (after.run_id, after.attempt, after.previous) == (waited.run_id, 1, ())
     assert second.claims(10) == []
     assert second.finish(after, OK)
     second.close()
@@ -383,7 +454,7 @@ def test_refused_busy_and_coalesced_runs_are_finished_with_their_run_and_not_rep
     assert claim.run_id == waiting.run_id and first.finish(claim, OK)
     refused = admit(first)
     assert refused.claim is not None
-    first.refuse(refused.run_id, Outcome("not replayed: no such hook"))
+    assert first.refuse(refused.claim, Outcome("not replayed: no such hook"))
     left = admit(first)  # the only run left unfinished
     first.close()
     second = durable_backend.open()
@@ -393,16 +464,47 @@ def test_refused_busy_and_coalesced_runs_are_finished_with_their_run_and_not_rep
 def test_an_unwritable_store_admits_nothing_and_says_when_to_come_back(durable_backend: Backend) -> None:
     state = durable_backend.open()
     first = admit(state)
+    assert state.ready()
     with durable_backend.unwritable():
         with pytest.raises(StateUnavailable) as unavailable:
             admit(state)
         assert unavailable.value.retry_after == 5
+        assert not state.ready()  # the readiness check says so too
         assert (state.counts().running, state.counts().queued) == (1, 0)
     assert first.claim is not None and state.finish(first.claim, OK)
     later = admit(state)
     assert later.claim is not None
+    assert state.ready()
     state.close()
     assert [c.run_id for c in durable_backend.open().claims(10)] == [later.run_id]
+
+
+# --- waiting ---
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+def test_the_waiters_descriptor_becomes_readable_when_a_place_frees(state_backend: Backend) -> None:
+    # What an event loop that patches nothing waits on: the descriptor, then wait(0), then claims().
+    state = state_backend.open()
+    limits = Limits(max_concurrency=1, max_queue=1)
+    running, queued = admit(state, limits=limits), admit(state, limits=limits)
+    waiter = state.wake()
+    fd = waiter.fileno()
+    assert waiter.poll is None or waiter.poll > 0
+    for _ in range(100):  # earlier wakes (the admissions') consumed, until it stays quiet
+        if not _readable(fd, 0.1):
+            break
+        waiter.wait(0)
+    assert not _readable(fd, 0.2)
+    assert state.claims(10) == []
+    assert running.claim is not None and state.finish(running.claim, OK)
+    assert _readable(fd, 5)
+    assert waiter.wait(0)
+    assert waiter.fileno() == fd  # the same descriptor for the waiter's life
+    assert [c.run_id for c in state.claims(10)] == [queued.run_id]
 
 
 # --- counts ---

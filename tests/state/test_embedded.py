@@ -15,9 +15,10 @@ from journal_faults import failing_disk
 from hookrunner.config import Config
 from hookrunner.hooks.model import Limits
 from hookrunner.state.backend import StateUnavailable
-from hookrunner.state.embedded import BUSY_STATUS, EmbeddedState, open_state
+from hookrunner.state.embedded import BUSY_STATUS, EmbeddedState
 from hookrunner.state.journal import FILE_NAME, Journal
 from hookrunner.state.model import Outcome, ProcessId, RunSpec
+from hookrunner.state.opener import open_state
 from hookrunner.state.slots import Busy
 
 

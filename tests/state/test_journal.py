@@ -91,7 +91,7 @@ def test_a_recorded_run_comes_back_exactly_to_the_next_boot(tmp_path: Path) -> N
     left = second.claim_left_overs()
     assert [x.run_id for x in left] == ids
     assert [x.spec for x in left] == [spec(0), spec(1), spec(2)]
-    assert second.counts() == {"accepted": 3}
+    assert second.counts() == {"running": 3}  # claimed by a replay: running, started or not
     # Claimed by this live process: a sibling worker of the same boot (another process) finds nothing.
     assert claim_in_child(tmp_path / "state", "boot-2") == 0
     second.close()
@@ -442,13 +442,13 @@ def test_closing_writes_the_kept_finishes_or_leaves_them_in_the_ledger(
     with failing_disk(tmp_path):
         journal.finished([2], "exit status 0")
         journal.close()
-    assert on_disk(tmp_path) == {1: "finished", 2: "accepted", 3: "accepted"}
+    assert on_disk(tmp_path) == {1: "finished", 2: "running", 3: "running"}  # both replayed
     assert FinishLedger(str(tmp_path)).ids() == {2}
     assert "the next start runs them again" not in logged.getvalue()
     # The next start does not replay it, and frees its slot.
     again = journals(boot="boot-3")
     assert [left.spec.request_id for left in again.claim_left_overs()] == ["req-3"]
-    assert on_disk(tmp_path) == {1: "finished", 2: "finished", 3: "accepted"}
+    assert on_disk(tmp_path) == {1: "finished", 2: "finished", 3: "running"}
     assert not FinishLedger(str(tmp_path)).ids()
 
 
@@ -476,7 +476,7 @@ def test_a_claim_a_full_disk_refuses_is_made_by_the_next_record_that_succeeds(
     assert claims == [["req-1", "req-2"]]
     assert journal.record(spec(5)) == 4
     assert claims == [["req-1", "req-2"]]  # once
-    assert on_disk(tmp_path) == {1: "accepted", 2: "accepted", 3: "accepted", 4: "accepted"}
+    assert on_disk(tmp_path) == {1: "running", 2: "running", 3: "accepted", 4: "accepted"}  # 1, 2: replayed
 
 
 def test_a_dead_workers_runs_are_claimed_even_when_its_pid_is_this_ones_but_never_this_ones_own(
@@ -525,7 +525,7 @@ def test_a_run_that_finished_while_the_disk_was_full_is_not_replayed_after_a_kil
     again = Journal(str(tmp_path), "boot-2")
     try:
         assert [left.spec.request_id for left in again.claim_left_overs()] == ["req-2"]
-        assert on_disk(tmp_path) == {1: "finished", 2: "accepted"}
+        assert on_disk(tmp_path) == {1: "finished", 2: "running"}  # claimed by the replay
     finally:
         again.close()
 

@@ -201,3 +201,27 @@ def test_a_finished_row_never_goes_back_to_running(tmp_path: Path) -> None:
     assert not journal.started(run_id, ProcessId(1, 2))
     assert row(tmp_path, run_id) == ("finished", "exit status 0", "[]", 1)
     journal.close()
+
+
+def test_a_left_over_that_never_started_is_claimed_on_attempt_1_then_counts_on(tmp_path: Path) -> None:
+    # The rule of state/backend.py's RunState.claims: a run that only waited is claimed on attempt 1 (as the
+    # PostgreSQL backend claims a queued run of a replica that is gone); once a replay has claimed it, the
+    # next claim is the next attempt, started or not.
+    state = tmp_path / "state"
+    first = Journal(str(state), "boot-1")
+    run_id = first.record(spec())
+    assert run_id is not None
+    first.close()  # died with the run accepted: it only waited
+
+    second = Journal(str(state), "boot-2")
+    [left] = second.claim_left_overs() or []
+    assert (left.run_id, left.attempt, left.processes) == (run_id, 1, ())
+    assert second.attempt(run_id) == 1
+    second.close()  # the replay's claim dies too, before it started anything
+
+    third = Journal(str(state), "boot-3")
+    [left] = third.claim_left_overs() or []
+    assert left.attempt == 2
+    assert not third.finished([run_id], "exit status 0", attempt=1)  # the second boot's claim, late
+    assert third.finished([run_id], "exit status 0", attempt=2)
+    third.close()

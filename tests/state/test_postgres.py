@@ -6,6 +6,7 @@ every write, NOTIFY waking the other replica, and a database that crashes and co
 from __future__ import annotations
 
 import io
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -215,10 +216,10 @@ def test_a_refused_run_frees_its_places(replicas: Callable[..., PostgresState]) 
     limits = Limits(max_concurrency=1, max_queue=1)
     first = a.admit(spec("h", 1), limits, None, 0.0)
     second = b.admit(spec("h", 2), limits, None, 1.0)
-    a.refuse(first.run_id, Outcome("not run: no hook h"))
+    assert first.claim is not None and a.refuse(first.claim, Outcome("not run: no hook h"))
     (claim,) = b.claims(5)
     assert claim.run_id == second.run_id
-    b.refuse(claim.run_id, Outcome("not replayed: replay is false"))
+    assert b.refuse(claim, Outcome("not replayed: replay is false"))
     assert a.counts().running == a.counts().queued == 0
 
 
@@ -274,6 +275,37 @@ def test_notify_wakes_the_other_replica_well_before_the_poll(replicas: Callable[
     assert time.monotonic() - started < 3.0
     claim = b.claims(5)
     assert claim == []  # a holds it: the wake said "may be claimable", not "claimed"
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+def test_one_descriptor_covers_notify_and_pokes_and_outlives_a_crash(
+    pg_cluster: Cluster, replicas: Callable[..., PostgresState]
+) -> None:
+    # The Waiter's fileno() (an epoll of the poke pipe and the LISTEN socket), for a loop that patches nothing.
+    a = replicas("a")
+    b = replicas("b", poll=30.0)
+    waiter = b.wake()
+    fd = waiter.fileno()
+    assert waiter.wait(0) and not _readable(fd, 0.2)
+    a.admit(spec("h", 1), Limits(), None, 0.0)  # another replica's NOTIFY: the LISTEN socket
+    assert _readable(fd, 5) and waiter.wait(0)
+    assert not _readable(fd, 0.2)
+    b.admit(spec("h", 2), Limits(), None, 0.0)  # its own admission: the poke
+    assert _readable(fd, 5) and waiter.wait(0)
+    with pg_cluster.crashed():
+        assert _readable(fd, 5)  # the connection's end is input too
+        assert not waiter.wait(0)  # nothing claimable came of it: the socket is dropped from the epoll
+        assert not b.ready()  # the readiness check: the database does not answer
+    assert b.ready()
+    waiter.wait(0)  # LISTEN again, on a new connection, watched by the same descriptor
+    assert waiter.fileno() == fd
+    while _readable(fd, 0.2):  # the replicas' own reconnections may have left input: consumed
+        waiter.wait(0)
+    a.admit(spec("h", 3), Limits(), None, 0.0)
+    assert _readable(fd, 5) and waiter.wait(0)
 
 
 def test_a_replica_wakes_its_own_waiter_at_once_and_only_once(replicas: Callable[..., PostgresState]) -> None:

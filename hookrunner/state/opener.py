@@ -1,0 +1,56 @@
+"""Which run state a start of hookrunner uses (open_state): the embedded one, with the journal when
+-state-dir is set, or, for a `postgresql://` URL, PostgreSQL's, whose module (and psycopg, the `postgres`
+extra) is imported only then, so that `import hookrunner` and the embedded path never load psycopg. A module
+of its own, above both backends: state/backend.py is what every backend imports, so a choice there would be
+an import circle, and state/embedded.py should not know PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hookrunner.config import Config
+from hookrunner.errors import HookrunnerError
+from hookrunner.hooks.model import Limits
+from hookrunner.state.backend import RunState
+from hookrunner.state.embedded import EmbeddedState
+from hookrunner.state.journal import Journal
+from hookrunner.state.model import Event
+
+#: The URL schemes of PostgreSQL, as libpq reads them.
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+class StateURLError(HookrunnerError):
+    """The run state's URL cannot be used as given (an unknown scheme, the `postgres` extra missing): a
+    start-up error, told in one line that never holds the URL's password."""
+
+
+def open_state(
+    config: Config,
+    boot_id: str,
+    feed: Callable[[Event], None] | None = None,
+    limits: Callable[[str], Limits] | None = None,
+    url: str = "",
+) -> RunState:
+    """The run state the config asks for. Without `url`: the embedded one, with the journal in
+    `config.state_dir` when set (raises state.journal.JournalError when it cannot be used); `boot_id` is who
+    claims, `feed` where the history's events go, `limits` a replayed run's hook's limits now. With a
+    `postgresql://` (or `postgres://`) URL: PostgresState on that database, `boot_id` then naming this
+    replica (its history events go to the database; `feed` and `limits` are not used: each run's row keeps
+    its hook's limits). Raises StateURLError for any other URL, or when psycopg is not installed."""
+    if not url:
+        journal = Journal(config.state_dir, boot_id, config.state_keep) if config.state_dir else None
+        hooks: dict[str, Any] = {"feed": feed, "limits": limits}
+        given = {name: value for name, value in hooks.items() if value is not None}
+        return EmbeddedState(journal, config.max_concurrent_commands, boot_id, **given)
+    if not url.startswith(POSTGRES_SCHEMES):
+        scheme = url.partition(":")[0] if ":" in url else "(none)"
+        raise StateURLError(f"the run state URL's scheme {scheme!r} is not postgresql://")
+    try:
+        from hookrunner.state.postgres import PostgresState  # psycopg: the postgres extra, loaded only here
+    except ImportError as exc:
+        raise StateURLError(
+            f"a postgresql:// run state needs the postgres extra (pip install 'hookrunner[postgres]'): {exc}"
+        ) from None
+    return PostgresState(url, boot_id, config.max_concurrent_commands)
