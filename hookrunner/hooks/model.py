@@ -19,7 +19,7 @@ from hookrunner.golang.decode import (
     type_error,
 )
 from hookrunner.golang.time import parse_go_duration
-from hookrunner.hooks.argument import Argument, shared_argument
+from hookrunner.hooks.argument import Argument, plain_argument
 from hookrunner.hooks.rules import parse_rule
 
 
@@ -111,15 +111,9 @@ def decode_argument(data: Any, where: str = "Hook.parameter") -> Argument:
     if data is None:
         return Argument()
     known, _ = _known(data, ARGUMENT_FIELDS, where)
-    values = tuple(map(known.get, ARGUMENT_FIELDS))
-    source, name, envname, base64decode = values
-    if (
-        (type(source) is str or source is None)
-        and (type(name) is str or name is None)
-        and (type(envname) is str or envname is None)
-        and (type(base64decode) is bool or base64decode is None)
-    ):  # nothing to convert and nothing to refuse: the values themselves say which Argument it is
-        return shared_argument(source or "", name or "", envname or "", bool(base64decode))
+    argument = plain_argument(*map(known.get, ARGUMENT_FIELDS))
+    if argument is not None:  # nothing to convert and nothing to refuse
+        return argument
     return Argument(
         source=go_string(known.get("source"), where + ".source"),
         name=go_string(known.get("name"), where + ".name"),
