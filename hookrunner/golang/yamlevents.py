@@ -38,6 +38,7 @@ except ImportError:  # PyYAML built without libyaml
 _DEEPEST = 100
 _SHARED_TEXT = 64
 _NO_KEY = object()
+_BATCH = 100
 
 
 class _Apart(Exception):
@@ -66,8 +67,8 @@ def event_tree(text: str) -> Any | None:
 
 
 def event_entries(text: str) -> Iterator[Any] | None:
-    """The entries of the top-level sequence that event_tree() would give, one at a time, each built only
-    when the one before has been taken: the whole tree is never held. None where the text is not such a
+    """The entries of the top-level sequence that event_tree() would give, one at a time, built _BATCH at a
+    time as they are taken: the whole tree is never held. None where the text is not such a
     sequence or this reading stands aside at once; the iterator raises ReadOtherwise if it stands aside
     later (an anchor in the 9,000th entry, say) and ends only once the whole text has been parsed."""
     if CParser is None:
@@ -86,12 +87,22 @@ def event_entries(text: str) -> Iterator[Any] | None:
 def _entries(parser: Any) -> Iterator[Any]:
     next_event = parser.get_event
     texts = _Texts()
+    batch: list[Any] = []
     try:
         while True:
-            event = next_event()
-            if type(event) is SequenceEndEvent:
-                break
-            yield _node(next_event, event, texts, 1)
+            # Entries are parsed _BATCH at a time, then handed on: parsing one and decoding it by turns cost
+            # ~10% more CPU than by batches (10,000 hooks: 0.47 -> 0.42 s to parse and decode).
+            for _ in range(_BATCH):
+                event = next_event()
+                if type(event) is SequenceEndEvent:
+                    break
+                batch.append(_node(next_event, event, texts, 1))
+            else:
+                yield from batch
+                batch.clear()
+                continue
+            yield from batch
+            break
         _end(next_event)
     except (_Apart, yaml.YAMLError):
         raise ReadOtherwise from None
@@ -125,52 +136,72 @@ class _Texts:
 
 
 def _node(next_event: Any, event: Any, texts: _Texts, depth: int = 0) -> Any:
-    """The value of the node that begins with `event`, its events taken up to its end."""
-    plain, quoted = texts.plain, texts.quoted
-    containers: list[Any] = []  # the mappings and sequences being filled, innermost last
-    keys: list[Any] = []  # for each, the key waiting for its value (_NO_KEY: none yet, or a sequence)
+    """The value of the node that begins with `event`, its events taken up to its end; `depth` containers
+    hold it."""
+    kind = type(event)
+    if kind is ScalarEvent:
+        return _scalar(event, texts)
+    if kind is MappingStartEvent or kind is SequenceStartEvent:
+        return _container(next_event, event, texts, depth)
+    raise _Apart  # an alias, or what only the composer reports
+
+
+def _scalar(event: Any, texts: _Texts) -> Any:
+    """A scalar's value: a plain one resolved as yaml.v2 resolves it, once per text; a quoted or block one
+    its text."""
+    if event.anchor is not None or event.tag is not None:
+        raise _Apart
+    text = event.value
+    if event.implicit[0]:
+        plain = texts.plain
+        value = plain.get(text, _NO_KEY)
+        if value is _NO_KEY:
+            if text == "<<":
+                raise _Apart
+            value = yaml_v2_scalar(text)  # a str, number, bool or None: immutable
+            if len(text) <= _SHARED_TEXT:
+                plain[text] = value
+        return value
+    return texts.quoted.setdefault(text, text) if len(text) <= _SHARED_TEXT else text
+
+
+def _container(next_event: Any, event: Any, texts: _Texts, depth: int) -> Any:
+    """The mapping or sequence that begins with `event`, with `depth` containers around it. One call per
+    container, its own loop over its entries: scalars, by far the most events, are placed where they are
+    read, without a stack of containers and keys to consult for each."""
+    if event.anchor is not None or event.tag is not None or depth >= _DEEPEST:
+        raise _Apart
+    depth += 1
+    if type(event) is SequenceStartEvent:
+        sequence: list[Any] = []
+        append = sequence.append
+        while True:
+            event = next_event()
+            kind = type(event)
+            if kind is ScalarEvent:
+                append(_scalar(event, texts))
+            elif kind is SequenceEndEvent:
+                return sequence
+            elif kind is MappingStartEvent or kind is SequenceStartEvent:
+                append(_container(next_event, event, texts, depth))
+            else:
+                raise _Apart
+    mapping: dict[str, Any] = {}
     while True:
+        event = next_event()
+        kind = type(event)
+        if kind is not ScalarEvent:
+            if kind is MappingEndEvent:
+                return mapping
+            raise _Apart  # a mapping or sequence as a key, or an alias
+        key = _scalar(event, texts)
+        if type(key) is not str or key in mapping:
+            raise _Apart
+        event = next_event()
         kind = type(event)
         if kind is ScalarEvent:
-            if event.anchor is not None or event.tag is not None:
-                raise _Apart
-            text = event.value
-            if event.implicit[0]:  # plain: resolved as yaml.v2 resolves it, once per text
-                value = plain.get(text, _NO_KEY)
-                if value is _NO_KEY:
-                    if text == "<<":
-                        raise _Apart
-                    value = yaml_v2_scalar(text)  # a str, number, bool or None: immutable
-                    if len(text) <= _SHARED_TEXT:
-                        plain[text] = value
-            elif len(text) <= _SHARED_TEXT:
-                value = quoted.setdefault(text, text)
-            else:
-                value = text
+            mapping[key] = _scalar(event, texts)
         elif kind is MappingStartEvent or kind is SequenceStartEvent:
-            if event.anchor is not None or event.tag is not None or depth + len(containers) >= _DEEPEST:
-                raise _Apart
-            if containers and keys[-1] is _NO_KEY and type(containers[-1]) is dict:
-                raise _Apart  # a mapping or sequence as a key
-            containers.append({} if kind is MappingStartEvent else [])
-            keys.append(_NO_KEY)
-            event = next_event()
-            continue
-        elif kind is MappingEndEvent or kind is SequenceEndEvent:
-            keys.pop()
-            value = containers.pop()
-        else:  # an alias, or what only the composer reports
-            raise _Apart
-        if not containers:
-            return value
-        container = containers[-1]
-        if type(container) is list:
-            container.append(value)
-        elif keys[-1] is _NO_KEY:
-            if type(value) is not str or value in container:
-                raise _Apart
-            keys[-1] = value
+            mapping[key] = _container(next_event, event, texts, depth)
         else:
-            container[keys[-1]] = value
-            keys[-1] = _NO_KEY
-        event = next_event()
+            raise _Apart

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,3 +36,16 @@ def shared_argument(source: str, name: str, envname: str = "", base64decode: boo
             _SHARED.clear()
         argument = _SHARED[key] = Argument(source, name, envname, base64decode)
     return argument
+
+
+def plain_argument(source: Any, name: Any, envname: Any, base64decode: Any) -> Argument | None:
+    """The shared Argument of a decoded mapping's four values where they need no conversion (strings, a
+    bool, or null for a missing one) and so can hold nothing to refuse; None otherwise."""
+    if (
+        (type(source) is str or source is None)
+        and (type(name) is str or name is None)
+        and (type(envname) is str or envname is None)
+        and (type(base64decode) is bool or base64decode is None)
+    ):
+        return shared_argument(source or "", name or "", envname or "", bool(base64decode))
+    return None

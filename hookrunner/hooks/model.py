@@ -19,7 +19,7 @@ from hookrunner.golang.decode import (
     type_error,
 )
 from hookrunner.golang.time import parse_go_duration
-from hookrunner.hooks.argument import Argument, shared_argument
+from hookrunner.hooks.argument import Argument, plain_argument
 from hookrunner.hooks.rules import parse_rule
 
 
@@ -111,15 +111,9 @@ def decode_argument(data: Any, where: str = "Hook.parameter") -> Argument:
     if data is None:
         return Argument()
     known, _ = _known(data, ARGUMENT_FIELDS, where)
-    values = tuple(map(known.get, ARGUMENT_FIELDS))
-    source, name, envname, base64decode = values
-    if (
-        (type(source) is str or source is None)
-        and (type(name) is str or name is None)
-        and (type(envname) is str or envname is None)
-        and (type(base64decode) is bool or base64decode is None)
-    ):  # nothing to convert and nothing to refuse: the values themselves say which Argument it is
-        return shared_argument(source or "", name or "", envname or "", bool(base64decode))
+    argument = plain_argument(*map(known.get, ARGUMENT_FIELDS))
+    if argument is not None:  # nothing to convert and nothing to refuse
+        return argument
     return Argument(
         source=go_string(known.get("source"), where + ".source"),
         name=go_string(known.get("name"), where + ".name"),
@@ -229,12 +223,25 @@ _ABSENT = {attr: decode(None, f"Hook.{key}") for key, (attr, decode) in HOOK_FIE
 _WHERE = {key: f"Hook.{key}" for key in HOOK_FIELDS}
 
 
+_HOOK_SPEC = (*HOOK_FIELDS, *LIMIT_FIELDS)
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(keys: tuple[str, ...]) -> tuple[tuple[str, str, Callable[[Any, str], Any], str], ...]:
+    """The fields an entry with these keys fills, in HOOK_FIELDS' order: (key, attribute, decoder, where).
+    The hooks of a file mostly have the same few keys: worked out once for them, not per hook."""
+    present = set(keys)
+    return tuple(
+        (key, attr, decode, _WHERE[key]) for key, (attr, decode) in HOOK_FIELDS.items() if key in present
+    )
+
+
 def decode_hook(data: Any) -> Hook:
     """One Hook from one decoded list entry; raises HooksFileError where Go's decoding fails."""
-    known, extra = _known(data, (*HOOK_FIELDS, *LIMIT_FIELDS), "hook.Hook")
+    known, extra = _known(data, _HOOK_SPEC, "hook.Hook")
     values = dict(_ABSENT)
-    for key, (attr, decode) in HOOK_FIELDS.items():  # in this order: the first field's error is told
-        value = known.get(key)
+    for key, attr, decode, where in _plan(tuple(known)):  # in this order: the first field's error is told
+        value = known[key]
         if value is not None:
-            values[attr] = decode(value, _WHERE[key])
+            values[attr] = decode(value, where)
     return Hook(**values, limits=_limits(known, "Hook."), extra=extra)

@@ -6,6 +6,7 @@ from hookrunner.config import Header
 from hookrunner.errors import HooksFileError
 from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.load import parse_hooks
+from hookrunner.hooks.model import decode_hook
 
 FULL_YAML = """
 - id: full
@@ -111,3 +112,15 @@ def test_coalesce_by_is_an_argument_and_turns_coalescing_on() -> None:
     assert "coalesce-by" not in by.extra
     with pytest.raises(HooksFileError, match="coalesce-by"):
         parse_hooks('[{"id": "a", "coalesce-by": "ref"}]')
+
+
+def test_of_two_bad_fields_the_first_in_go_s_order_is_told_whatever_the_keys_order() -> None:
+    # The fields are decoded in HOOK_FIELDS' order (decode_hook's plan per set of keys), not the file's.
+    for data in (
+        {"http-methods": 1, "id": [], "execute-command": {}},
+        {"execute-command": {}, "id": [], "http-methods": 1},
+    ):
+        with pytest.raises(HooksFileError, match=r"field Hook\.id of type string"):
+            decode_hook(data)
+    with pytest.raises(HooksFileError, match=r"field Hook\.execute-command of type string"):
+        decode_hook({"http-methods": 1, "execute-command": {}})

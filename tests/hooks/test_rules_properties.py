@@ -7,10 +7,11 @@ import hashlib
 import hmac
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hookrunner.errors import HookrunnerError
+from hookrunner.hooks import rules
 from hookrunner.hooks.request import Request
 from hookrunner.hooks.rules import parse_rule
 
@@ -82,3 +83,94 @@ def test_any_rules_object_parses_and_evaluates_or_fails_typed(data: Any, req: Re
         assert rule.evaluate(req) in (True, False)
     except HookrunnerError:
         pass
+
+
+def _drafted(data: Any) -> Any:
+    """parse_rule's answer by the drafts alone (its plain path turned off): the rule, or the error's text."""
+    saved = rules._plain_rule
+    rules._plain_rule = lambda data: None  # type: ignore[assignment]
+    try:
+        return parse_rule(data)
+    except (HookrunnerError, ValueError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        rules._plain_rule = saved
+
+
+def _parsed(data: Any) -> Any:
+    try:
+        return parse_rule(data)
+    except (HookrunnerError, ValueError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+TEXT = st.none() | st.sampled_from(["", "x", "s", "^a", "10.0.0.0/8"]) | st.text(max_size=4)
+PLAIN_RULES = st.recursive(
+    st.builds(
+        lambda m: {"match": m},
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "type": st.sampled_from(KINDS) | TEXT,
+                "value": TEXT,
+                "secret": TEXT,
+                "regex": TEXT,
+                "ip-range": TEXT,
+                "parameter": st.none()
+                | st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "source": TEXT,
+                        "name": TEXT,
+                        "envname": TEXT,
+                        "base64decode": st.none() | st.booleans(),
+                    },
+                ),
+            },
+        ),
+    ),
+    lambda inner: (
+        st.builds(lambda rs: {"and": rs}, st.lists(inner, max_size=3))
+        | st.builds(lambda rs: {"or": rs}, st.lists(inner, max_size=3))
+        | st.builds(lambda r: {"not": r}, inner)
+    ),
+    max_leaves=6,
+)
+FOLDED = st.sampled_from(
+    ["Match", "AND", "Or", "nOt", "Type", "VALUE", "Parameter", "Source", "NAME", "ſource"]
+)
+
+
+@settings(max_examples=400)
+@given(PLAIN_RULES | RULES | ANY_JSON, st.lists(FOLDED, max_size=2))
+def test_the_plain_path_gives_what_the_drafts_give(data: Any, folded: list[str]) -> None:
+    # A key at the top named ignoring case (or with a long s), or unknown there: the drafts decide those.
+    if isinstance(data, dict):
+        for key in folded:
+            data[key] = data.pop(key.lower().replace("ſ", "s"), {"match": {}})
+    assert _parsed(data) == _drafted(data)
+
+
+def test_the_plain_path_takes_the_usual_rules() -> None:
+    parameter = {"source": "payload", "name": "ref"}
+    usual = [
+        {"match": {"type": "value", "value": "refs/heads/main", "parameter": parameter}},
+        {
+            "and": [
+                {"match": {"type": "payload-hmac-sha256", "secret": "s", "parameter": parameter}},
+                {"not": {"match": {"type": "regex", "regex": "^x", "parameter": parameter}}},
+            ]
+        },
+        {"or": [{"match": {"type": "ip-whitelist", "ip-range": "10.0.0.0/8"}}, {"match": {}}]},
+    ]
+    for data in usual:
+        assert rules._plain_rule(data) is not None
+        assert rules._plain_rule(data) == _drafted(data)
+    for data in (
+        {"Match": {}},
+        {"match": {"value": 1}},
+        {"and": [{}]},
+        {"match": {"parameter": {"Name": "x"}}},
+        {},
+    ):
+        assert rules._plain_rule(data) is None
