@@ -7,6 +7,7 @@ worker is gone (`detach`). Runs still run in the workers: the owner only greets 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import select
 import signal
@@ -37,6 +38,10 @@ _IGNORED = (
 _HELD = {signal.SIGTERM, signal.SIGCHLD, *_IGNORED}
 #: How long stop() waits for the owner to end after SIGTERM before SIGKILL.
 STOP_WAIT = 5.0
+#: An owner that ends is replaced at once, unless it and the one before it each ended within this long of
+#: their start: then it is replaced this long after its end. An owner that cannot start is forked about
+#: once a second (the master's loop wakes at least that often), not as fast as it dies.
+RESTART_SPACING = 1.0
 #: The owner's process name (/proc/<pid>/comm, what ps and top show): the master's other children are
 #: the workers and the admin listener.
 PROCESS_NAME = b"run-owner"
@@ -68,6 +73,9 @@ class RunOwner:
         self.keep_out = tuple(keep_out)
         self.pid = 0
         self.epoch = 0
+        self.started_at = 0.0
+        self._ended_at = 0.0  # when the master saw the current owner's end; 0: it has not
+        self._quick_ends = 0  # owners in a row that ended within RESTART_SPACING of their start
         self.stopping = False
         self._control: socket.socket | None = None
         self._pidfd = -1
@@ -101,7 +109,7 @@ class RunOwner:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
         owner_end.close()
         master_end.setblocking(False)  # the master never waits on the owner
-        self.pid, self._control = pid, master_end
+        self.pid, self._control, self.started_at = pid, master_end, time.monotonic()
         try:
             self._pidfd = os.pidfd_open(pid)
         except (AttributeError, OSError):
@@ -129,9 +137,18 @@ class RunOwner:
 
     def restart_if_gone(self) -> None:
         """Called from the master's loop: an owner that ended is replaced at once (the next epoch)."""
-        if self.stopping or not self.gone():
+        if self.stopping or not self.pid:
             return
-        log.output(f"run owner (pid {self.pid}, epoch {self.epoch}) ended; starting another", event=EVENT)
+        now = time.monotonic()
+        if not self._ended_at:
+            if not self.gone():
+                return
+            self._ended_at = now
+            self._quick_ends = self._quick_ends + 1 if now - self.started_at < RESTART_SPACING else 0
+            log.output(f"run owner (pid {self.pid}, epoch {self.epoch}) ended; starting another", event=EVENT)
+        if self._quick_ends > 1 and now - self._ended_at < RESTART_SPACING:
+            return  # dying as fast as it starts: once a second
+        self._ended_at = 0.0
         self.start()
 
     def stop(self) -> None:
@@ -253,6 +270,7 @@ def _serve_owner(control: socket.socket, epoch: int, keep_out: tuple[int, ...]) 
     if (log_fd := log.fileno()) is not None:
         keep.add(log_fd)
     _close_inherited(keep)
+    gc.freeze()  # the master's objects: a collection here would write to (and so copy) every page of them
     control.setblocking(True)
     _name_process(PROCESS_NAME)
     log.output(f"run owner started (pid {os.getpid()}, epoch {epoch})", event=EVENT)

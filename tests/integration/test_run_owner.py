@@ -135,3 +135,39 @@ def test_the_owner_leaves_when_the_master_is_killed(tmp_path: Path, servers: lis
     server.process.kill()
     server.process.wait(timeout=10)
     assert wait_until(lambda: not alive(owner), timeout=10)
+
+
+def listening_inode(port: int) -> str:
+    """The inode of the socket listening on 127.0.0.1:`port`, from /proc/net/tcp."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == f"0100007F:{port:04X}" and fields[3] == "0A":
+            return fields[9]
+    raise AssertionError(f"nothing listens on port {port}")
+
+
+def descriptors(pid: int) -> list[str]:
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass
+    return found
+
+
+def test_the_owner_holds_neither_the_hooks_socket_nor_the_state_dir_lock(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    state = tmp_path / "state"
+    server = start(tmp_path, servers, [HOOK], "-state-dir", str(state))
+    (owner,) = run_owner_pids(server.process.pid)
+    hooks_socket = f"socket:[{listening_inode(server.port)}]"
+    master = descriptors(server.process.pid)
+    assert hooks_socket in master and any(
+        str(state) in held for held in master
+    )  # what the owner must not hold
+    mine = descriptors(owner)
+    assert hooks_socket not in mine
+    assert not any(str(state) in held for held in mine), mine
+    assert server.stop() == 0

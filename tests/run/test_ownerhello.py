@@ -9,9 +9,10 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from waiting import eventually
 
 from hookrunner.ops.log import log
 from hookrunner.run import wire
@@ -28,15 +29,6 @@ def logged() -> Iterator[io.StringIO]:
     yield text
     log.set_output(sys.stderr)
     log.enabled = enabled
-
-
-def eventually(check: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return check()
 
 
 def test_the_owner_says_hello_first_and_logs_the_workers(logged: io.StringIO) -> None:
