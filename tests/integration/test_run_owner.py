@@ -10,7 +10,7 @@ import signal
 import time
 from pathlib import Path
 
-from test_limits import alive, start
+from test_limits import alive, python_command, start
 from test_serving import Server, run_owner_pids, wait_until, worker_pids
 
 HOOK = {
@@ -170,4 +170,40 @@ def test_the_owner_holds_neither_the_hooks_socket_nor_the_state_dir_lock(
     mine = descriptors(owner)
     assert hooks_socket not in mine
     assert not any(str(state) in held for held in mine), mine
+    assert server.stop() == 0
+
+
+def parent_of(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
+def test_the_master_adopts_and_reaps_what_a_dead_worker_left(tmp_path: Path, servers: list[Server]) -> None:
+    # The master is a child subreaper: a process a dead worker's command left behind comes to it, not to
+    # init, and is reaped by it when it ends, while gunicorn still counts its workers right.
+    pidfile = tmp_path / "left.pid"
+    leaver = {
+        "id": "leave",
+        **python_command(
+            "import os, sys, time\n"
+            "if os.fork() == 0:\n"
+            "    open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(4); os._exit(0)\n",
+            {"source": "string", "name": str(pidfile)},
+        ),
+    }
+    server = start(tmp_path, servers, [leaver])
+    worker = server.worker_pid()
+    assert server.request("POST", "/hooks/leave")[0] == 200
+    assert wait_until(lambda: pidfile.exists() and pidfile.read_text() != "", timeout=10)
+    left = int(pidfile.read_text())
+    assert wait_until(lambda: parent_of(left) == worker, timeout=5)  # adopted by the worker, its subreaper
+    os.kill(worker, signal.SIGKILL)
+    assert wait_until(lambda: parent_of(left) == server.process.pid, timeout=3), parent_of(left)
+    assert wait_until(lambda: not Path(f"/proc/{left}").exists(), timeout=10)  # ended and reaped, no zombie
+    assert wait_until(lambda: len(worker_pids(server.process.pid)) == 1, timeout=15)
+    assert worker_pids(server.process.pid) != [worker]
+    assert len(run_owner_pids(server.process.pid)) == 1
+    server.ready()
     assert server.stop() == 0
