@@ -94,10 +94,12 @@ def greet_owner(sock: socket.socket, pid: int, wait: float = HELLO_WAIT) -> thre
     def read() -> None:
         epoch = None
         waited = False
+        incoming = select.poll()  # not select(): a worker's descriptors may pass FD_SETSIZE
+        incoming.register(sock, select.POLLIN)
         try:
             hello()
             while True:
-                ready, _, _ = select.select([sock], [], [], None if waited or epoch is not None else wait)
+                ready = incoming.poll(None if waited or epoch is not None else wait * 1000)
                 if not ready:
                     waited = True
                     silent = f"worker {pid}: no hello from the run owner within {wait:g}s; serving anyway"

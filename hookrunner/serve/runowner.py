@@ -18,7 +18,7 @@ from collections.abc import Collection
 from typing import Protocol
 
 from hookrunner.ops.log import log
-from hookrunner.run.ownerhello import EVENT
+from hookrunner.run.ownerhello import EVENT, Greeter
 from hookrunner.run.wire import Message, PeerGone, WireError, pair, receive, send
 
 #: What the master sends its workers (reload, the terminal's keys, gunicorn's own): the owner ignores them;
@@ -59,8 +59,6 @@ class WorkerConnections(Protocol):
 
 def owner_of_connections(epoch: int) -> WorkerConnections:
     """The one place that chooses what serves the workers' connections in the owner's process."""
-    from hookrunner.run.ownerhello import Greeter
-
     return Greeter(epoch)
 
 
@@ -122,7 +120,9 @@ class RunOwner:
         if not self.pid:
             return False
         if self._pidfd >= 0:
-            ended = bool(select.select([self._pidfd], [], [], 0)[0])
+            readable = select.poll()  # a pidfd is readable once its process has ended
+            readable.register(self._pidfd, select.POLLIN)
+            ended = bool(readable.poll(0))
         else:
             try:
                 ended = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
