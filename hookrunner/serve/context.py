@@ -5,6 +5,7 @@ light (no Flask, gevent or werkzeug), so that the master can import it and stay 
 from __future__ import annotations
 
 import signal
+import socket
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
@@ -91,6 +92,9 @@ class _Context:
     #: The admin listener's event feed (serve/adminserver.py): its socket path and key; "" for none.
     history_feed: str = ""
     history_key: bytes = b""
+    #: This worker's end of its connection to the run owner (serve/runowner.py), made by the master just
+    #: before the fork; None in the master (between forks) and where no owner runs.
+    owner_link: socket.socket | None = None
     #: Builds the WSGI app and the runner behind it, once per process, through load_app: in the worker
     #: after the fork, so that the master never holds Flask, gevent or the command runner
     #: (docs/performance.md, memory at rest), or in the master before the fork when the worker may no

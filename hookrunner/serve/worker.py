@@ -32,6 +32,7 @@ from hookrunner.golang.status import status_line
 from hookrunner.ops.heap import malloc_trim
 from hookrunner.ops.log import log
 from hookrunner.run.history import Recorder
+from hookrunner.run.ownerhello import greet_owner
 from hookrunner.serve.answers import HANDLER_HEADERS_KEY, HEADER_LIST_KEY, go_request_path
 from hookrunner.serve.context import HELD_SIGNALS, Registry, ctx
 from hookrunner.serve.parseheap import PARSE_HEAP
@@ -466,6 +467,8 @@ class WebhookWorker(Worker):
             self._history_feed = _start_history()
         if ctx.config.state_dir:
             _start_journal()
+        if ctx.owner_link is not None:
+            greet_owner(ctx.owner_link, os.getpid())
 
     def load_wsgi(self) -> None:
         super().load_wsgi()

@@ -26,6 +26,7 @@ import pytest
 import trustme
 from command_under_test import HOOKRUNNER_BIN
 from integration_harness import HOOKRUNNER_TEST_FLAGS
+from test_serving import run_owner_pids, worker_pids
 
 PLAIN_HOOK = """
 - id: plain
@@ -107,6 +108,13 @@ class Running:
     def children(self) -> list[int]:
         path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
         return [int(pid) for pid in path.read_text().split()]
+
+    def workers(self) -> list[int]:
+        return worker_pids(self.proc.pid)
+
+    def owner(self) -> int:
+        (owner,) = run_owner_pids(self.proc.pid)
+        return owner
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -213,11 +221,13 @@ WORKER_ONLY_LIBRARIES = ("libssl.so", "libcrypto.so", "/_ssl.", "/_hashlib.", "/
 
 def test_the_master_holds_none_of_the_worker_code(tmp_path: Path, running: list[Running]) -> None:
     server = start(tmp_path, running, PLAIN_HOOK)
-    (worker,) = server.children()
+    (worker,) = server.workers()
     # gevent's greenlets and Jinja's markupsafe (through Flask) are C extensions: visible in the maps.
+    owner = server.owner()
     for library in ("greenlet", "markupsafe", *WORKER_ONLY_LIBRARIES):
         assert library in _mapped(worker)
         assert library not in _mapped(server.proc.pid)
+        assert library not in _mapped(owner)  # the run owner (serve/runowner.py) loads no Flask or gevent
 
 
 def test_with_secure_the_master_loads_openssl_for_its_context(tmp_path: Path, running: list[Running]) -> None:
@@ -249,7 +259,7 @@ def test_the_tree_at_rest_stays_under_a_generous_bound(tmp_path: Path, running: 
     time.sleep(0.5)
     pids = [server.proc.pid, *server.children()]
     total = sum(_rss_kib(pid) for pid in pids) / 1024
-    assert len(pids) == 2
+    assert len(pids) == 3  # the master, the run owner and the worker
     assert total < 65, f"{total:.1f} MiB over {len(pids)} processes"
 
 
@@ -299,7 +309,7 @@ AFTER_LOAD_MIB = 10
 )
 def test_the_worker_comes_back_near_its_rest_after_a_load(tmp_path: Path, running: list[Running]) -> None:
     server = start(tmp_path, running, LOAD_HOOK, *HOOKRUNNER_TEST_FLAGS)
-    (worker,) = server.children()
+    (worker,) = server.workers()
     rest = _settled_rss_kib(worker)
     answers: list[tuple[int, bytes]] = []
     clients = [threading.Thread(target=_push, args=(server.port, 250, answers)) for _ in range(16)]

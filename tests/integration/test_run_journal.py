@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_serving import Server, wait_until
+from test_serving import Server, wait_until, worker_pids
 
 # Records `start <seq> <pid>` and, once the gate file exists (bounded wait), `end <seq>`: a test decides
 # how long the runs last and can tell a run that started from one that finished.
@@ -320,9 +320,8 @@ def test_a_second_hookrunner_on_the_same_state_dir_does_not_start(tmp_path: Path
 def replaced(server: Server, worker: int) -> bool:
     """Whether the master has a new worker: not `worker`, and not none (between the old one's reaping and
     the new one's fork the master has no child; worker_pid() asserts one)."""
-    pid = server.process.pid
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return len(children) == 1 and int(children[0]) != worker
+    workers = worker_pids(server.process.pid)
+    return len(workers) == 1 and workers[0] != worker
 
 
 def test_kill_9_while_the_journal_is_being_written_loses_no_answered_run(
