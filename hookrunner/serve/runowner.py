@@ -2,7 +2,8 @@
 -setuid/-setgid and before the workers, restarted by the master if it dies. The master keeps, for each
 worker, the owner's end of that worker's private connection (run/wire.py) and passes it to the owner over
 a control socketpair; the owner takes it and serves it (`attach`), and lets it go when the master says the
-worker is gone (`detach`). Runs still run in the workers: the owner only greets them (run/ownerhello.py)."""
+worker is gone (`detach`). Every run of every worker is admitted, started and waited for there
+(serve/ownerprocess.py, step 6)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,9 @@ import socket
 import sys
 import time
 from collections.abc import Collection
-from typing import Protocol
 
 from hookrunner.ops.log import log
-from hookrunner.run.ownerhello import EVENT, Greeter
-from hookrunner.run.wire import Message, PeerGone, WireError, pair, receive, send
+from hookrunner.run.wire import EVENT, Message, PeerGone, pair, send
 
 #: What the master sends its workers (reload, the terminal's keys, gunicorn's own): the owner ignores them;
 #: the master stops it with SIGTERM, after the workers.
@@ -46,20 +45,6 @@ RESTART_SPACING = 1.0
 #: the workers and the admin listener.
 PROCESS_NAME = b"run-owner"
 PR_SET_NAME = 15
-
-
-class WorkerConnections(Protocol):
-    """What the owner does with the workers' connections: run/owner.py's `Owner` (step 6), or until then
-    run/ownerhello.py's `Greeter`."""
-
-    def attach(self, sock: socket.socket, worker_pid: int) -> None: ...
-
-    def detach(self, worker_pid: int) -> None: ...
-
-
-def owner_of_connections(epoch: int) -> WorkerConnections:
-    """The one place that chooses what serves the workers' connections in the owner's process."""
-    return Greeter(epoch)
 
 
 class RunOwner:
@@ -255,7 +240,8 @@ def _close_inherited(keep: set[int]) -> None:
 
 
 def _serve_owner(control: socket.socket, epoch: int, keep_out: tuple[int, ...]) -> int:
-    """The owner process: take the master's `worker` and `worker_gone` messages until it is gone."""
+    """The owner process: set up, then serve the runs of the workers the master passes on
+    (serve/ownerprocess.py) until SIGTERM or the master's end."""
     for signum in _IGNORED:
         signal.signal(signum, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
@@ -271,21 +257,10 @@ def _serve_owner(control: socket.socket, epoch: int, keep_out: tuple[int, ...]) 
         keep.add(log_fd)
     _close_inherited(keep)
     gc.freeze()  # the master's objects: a collection here would write to (and so copy) every page of them
-    control.setblocking(True)
     _name_process(PROCESS_NAME)
     log.output(f"run owner started (pid {os.getpid()}, epoch {epoch})", event=EVENT)
-    workers = owner_of_connections(epoch)
-    while True:
-        try:
-            message, fds = receive(control, max_fds=1)
-        except WireError:
-            continue
-        except PeerGone:
-            return 0  # the master is gone (killed): nobody would stop this process
-        if message.kind == "worker" and fds and isinstance(message.get("pid"), int):
-            workers.attach(socket.socket(fileno=fds[0]), message["pid"])
-            continue
-        for fd in fds:
-            os.close(fd)
-        if message.kind == "worker_gone" and isinstance(message.get("pid"), int):
-            workers.detach(message["pid"])
+    # Loaded after the fork: the master never holds gevent or the command runner (with -setuid the master
+    # loaded them before the drop: cli.py).
+    from hookrunner.serve.ownerprocess import serve_runs
+
+    return serve_runs(control, epoch)
