@@ -14,8 +14,10 @@ from collections.abc import Iterator
 import pytest
 from waiting import eventually
 
+from hookrunner.config import Config
 from hookrunner.run import wire
 from hookrunner.run.wire import Message
+from hookrunner.serve.context import ctx
 from hookrunner.serve.runowner import RESTART_SPACING, RunOwner
 
 
@@ -28,7 +30,9 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def owner() -> Iterator[RunOwner]:
+def owner(monkeypatch: pytest.MonkeyPatch) -> Iterator[RunOwner]:
+    # What serve() sets before it forks the owner, which builds its runner from it (serve/ownerprocess.py).
+    monkeypatch.setattr(ctx, "config", Config(), raising=False)
     started = RunOwner()
     started.start()
     yield started
@@ -100,7 +104,8 @@ def test_an_owner_dying_as_it_starts_is_forked_once_a_second(owner: RunOwner) ->
     assert owner.epoch == 3
 
 
-def test_stop_ends_the_owner_and_closes_the_connections() -> None:
+def test_stop_ends_the_owner_and_closes_the_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ctx, "config", Config(), raising=False)
     owner = RunOwner()
     owner.start()
     a = fork_worker(owner, 301)
