@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import signal
 import socket
+from typing import TYPE_CHECKING
 
 import gevent
 import gevent.event
@@ -21,13 +22,16 @@ from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.executor import CommandRunner
 from hookrunner.run.history import Recorder
-from hookrunner.run.historyfeed import FeedClient
 from hookrunner.run.owner import Owner
 from hookrunner.run.spawn import Waits
 from hookrunner.run.wire import EVENT, PeerGone, WireError, receive
 from hookrunner.serve.context import ctx
 from hookrunner.serve.greenruns import GreenWaits
 from hookrunner.state.journal import open_journal
+
+if TYPE_CHECKING:
+    # Loaded only with -admin-addr (multiprocessing's connections: docs/performance.md, memory at rest).
+    from hookrunner.run.historyfeed import FeedClient
 
 #: Exit status of an owner that cannot open the run journal: the master forks another (once a second).
 JOURNAL_FAILED = 3
@@ -117,6 +121,8 @@ def _start_journal(runner: CommandRunner, epoch: int) -> bool:
 
 def _start_history(runner: CommandRunner) -> FeedClient:
     """Send every run's records to the admin listener (-admin-addr): one feed for the host."""
+    from hookrunner.run.historyfeed import FeedClient
+
     feed = FeedClient(ctx.history_feed, ctx.history_key)
     runner.history = Recorder(feed.send, ctx.config.history_output)
     return feed
