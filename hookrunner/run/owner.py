@@ -21,7 +21,8 @@ What a worker's connection carries (the worker's side is run/ownerclient.py):
   `exit`, whatever it asked for.
 - worker -> owner `metrics` {id}: the run metrics (ops/metrics.py, with -metrics). Answered with
   `metrics_part` {id} + bytes, as many as the text needs, then `metrics` {id} + its last piece: the run
-  metrics in OpenMetrics text, empty without -metrics.
+  metrics in OpenMetrics text, empty without -metrics. `ready` {id}: answered `ready` {id, ok}: whether
+  runs can be accepted now (the journal, with -state-dir, can be written), for readiness (/healthz?ready).
 
 The owner never waits on a worker: sends are non-blocking, and what a worker's socket cannot take now
 waits in that connection's outbox, bounded (OUTBOX_BOUND); past it the connection is cut off, as if the
@@ -46,7 +47,7 @@ from hookrunner.run.runorder import RunOrder, run_order
 from hookrunner.run.spawn import Waits
 from hookrunner.run.wire import EVENT, Message, PeerGone, WireError
 from hookrunner.state.backend import StateUnavailable
-from hookrunner.state.journal import JournalUnwritable
+from hookrunner.state.journal import JournalUnwritable, accepts_runs
 from hookrunner.state.slots import Busy
 
 #: How runs the owner's readers and flushers apart from the caller: a thread, or a greenlet on the owner's
@@ -343,11 +344,15 @@ class Owner:
                 return
             said = f"worker {pid} connected to the run owner (epoch {self.epoch}, protocol {version})"
             log.output(said, event=EVENT)
-        elif message.kind == "metrics":
+        elif message.kind in ("metrics", "ready"):
             number = message.get("id")
-            if isinstance(number, int) and not isinstance(number, bool):
-                text = self.exposition() if self.exposition is not None else b""
-                connection.send_all(_framed("metrics_part", "metrics", number, text, None))
+            if not isinstance(number, int) or isinstance(number, bool):
+                return
+            if message.kind == "ready":
+                connection.send(Message("ready", {"id": number, "ok": accepts_runs(self.runner.journal)}))
+                return
+            text = self.exposition() if self.exposition is not None else b""
+            connection.send_all(_framed("metrics_part", "metrics", number, text, None))
         else:
             log.output(f"run owner: a {message.kind!r} message from worker {pid} ignored")
 

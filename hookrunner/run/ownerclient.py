@@ -215,6 +215,19 @@ class OwnerClient:
     def run_metrics(self) -> bytes | None:
         """The run metrics in OpenMetrics text, asked of the owner (ops/metrics.py's `runs_elsewhere`); None
         when the owner does not answer."""
+        answer = self._ask("metrics")
+        if answer is None:
+            log.output("run owner client: no run metrics from the run owner", level="warn")
+        return None if answer is None else answer.output
+
+    def accepts_runs(self) -> bool:
+        """Readiness: whether the owner would accept runs now (its journal, with -state-dir, can be written);
+        False when it does not answer."""
+        answer = self._ask("ready")
+        return answer is not None and answer.ok
+
+    def _ask(self, kind: str) -> CommandResult | None:
+        """Ask the owner a question (`metrics`, `ready`) and wait for its answer, `answer_wait` at most."""
         if not self._hello:
             return None
         number = next(self._numbers)
@@ -222,14 +235,13 @@ class OwnerClient:
         with self._lock:
             self._sent[number] = sent
         try:
-            self._send([wire.Message("metrics", {"id": number})])
+            self._send([wire.Message(kind, {"id": number})])
             if sent.answered.wait(self.answer_wait) and sent.error is None and sent.future.done():
-                return sent.future.result().output
+                return sent.future.result()
         except (OSError, wire.PeerGone, wire.WireError, OwnerUnavailable):
             pass
         finally:
             self._forget(number)
-        log.output("run owner client: no run metrics from the run owner", level="warn")
         return None
 
     def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int:
@@ -339,10 +351,11 @@ class OwnerClient:
             sent.started.set()
         elif kind == "metrics_part":
             sent.chunks.append(message.data)
-        elif kind == "metrics":
-            result = CommandResult(b"".join(sent.chunks) + message.data)
-            sent.how = "metrics"
-            sent.future.set_result(result)
+        elif kind in ("metrics", "ready"):  # the answer to _ask()
+            ready = kind == "metrics" or message.get("ok") is True
+            sent.how = kind
+            answer = CommandResult(b"".join(sent.chunks) + message.data, None if ready else kind)
+            sent.future.set_result(answer)
             sent.answered.set()
         elif kind in ("out", "result"):
             sent.chunks.append(message.data)

@@ -66,7 +66,7 @@ from hookrunner.serve.ratelimit import TokenBuckets, too_fast
 from hookrunner.serve.routes import method_allowed, routed_hook
 from hookrunner.serve.stream import StreamedAnswer, StreamPipe, stream_answer
 from hookrunner.state.backend import StateUnavailable
-from hookrunner.state.journal import JournalUnwritable, accepts_runs
+from hookrunner.state.journal import JournalUnwritable
 
 #: Bodies at least this long are parsed by `Parsing.run` (off the gevent worker's event loop); shorter ones
 #: take less time to parse than to hand to a thread.
@@ -217,7 +217,7 @@ class HookApp:
         elif "ready" in request.args and len(self.registry) == 0:
             # Readiness: a runner whose hooks files gave no hooks should get no traffic.
             response = answer(503, b"No hooks are loaded.", self.global_headers, TEXT_PLAIN)
-        elif "ready" in request.args and not accepts_runs(self.runner.journal):  # docs/operations.md
+        elif "ready" in request.args and not self.runner.accepts_runs():  # docs/operations.md
             response = answer(503, MSG_UNJOURNALED, self.global_headers, TEXT_PLAIN)
         else:
             response = answer(200, b"OK", self.global_headers, TEXT_PLAIN)
