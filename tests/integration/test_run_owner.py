@@ -365,3 +365,34 @@ def test_the_owner_killed_during_a_capture_never_gives_a_wrong_200(
     assert wait_until(lambda: 2 in [epoch for _, epoch in owners_logged(server)], timeout=10)
     assert wait_until(lambda: server.request("POST", "/hooks/echo?word=again")[::2] == (200, b"again\n"), 15)
     assert server.stop() == 0
+
+
+def run_samples(server: Server) -> dict[str, float]:
+    """The run metrics of one scrape of /metrics (whichever worker takes it), by sample and labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, _, body = server.request("GET", "/metrics")
+    assert status == 200
+    found = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name.startswith(("hookrunner_command_runs_total", "hookrunner_commands_")):
+                found[f"{sample.name}{sorted(sample.labels.items())}"] = sample.value
+    return found
+
+
+def test_every_worker_shows_the_hosts_run_metrics(tmp_path: Path, servers: list[Server]) -> None:
+    # The run metrics are born in the run owner; each worker's /metrics asks it for them, so whichever of
+    # three workers answers, the counts are the host's: every run, not the answering worker's share.
+    server = start(tmp_path, servers, [HOOK], "-workers", "3", "-metrics")
+    settled_workers(server, 3)
+    for n in range(12):
+        assert server.request("POST", f"/hooks/echo?word=m{n}")[::2] == (200, f"m{n}\n".encode())
+    expected = {
+        "hookrunner_command_runs_total[('hook', 'echo'), ('status', '0')]": 12.0,
+        "hookrunner_commands_running[]": 0.0,
+        "hookrunner_commands_queued[]": 0.0,
+    }
+    scrapes = [run_samples(server) for _ in range(12)]  # new connections: the kernel spreads them
+    assert all(scrape == expected for scrape in scrapes), scrapes
+    assert server.stop() == 0
