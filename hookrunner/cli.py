@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import ssl
 
     from hookrunner.hooks.load import HookRegistry
-    from hookrunner.run.executor import CommandRunner
+    from hookrunner.run.ownerclient import OwnerClient
     from hookrunner.serve.adminserver import AdminListener
 
 #: The upstream release whose behaviour hookrunner follows.
@@ -361,7 +361,7 @@ def load_server_code(config: Config) -> None:
         return
     from importlib import import_module
 
-    import hookrunner.run.executor
+    import hookrunner.run.ownerclient
     import hookrunner.serve.app  # noqa: F401
 
     serving = "threadworker" if config.worker_class == "gthread" else "greenworker"
@@ -372,12 +372,15 @@ def load_server_code(config: Config) -> None:
 
     import hookrunner.golang.yaml  # noqa: F401 - read only for a file that is not plain JSON (hooks/load.py)
     import hookrunner.ops.watcher
-    import hookrunner.run.historyfeed  # noqa: F401
+    import hookrunner.run.historyfeed
+    import hookrunner.serve.ownerprocess  # noqa: F401 - the run owner, forked after the drop
     from hookrunner.golang.regexp import load_engine
 
     load_engine()  # a reload may bring the first regex
     if config.metrics:
-        import prometheus_client  # noqa: F401
+        import prometheus_client
+        import prometheus_client.openmetrics.exposition
+        import prometheus_client.openmetrics.parser  # noqa: F401 - the run metrics cross as OpenMetrics
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -552,11 +555,11 @@ def _run(config: Config, listener: Listener, admin: AdminListener | None = None)
     return 0
 
 
-def _build_app(config: Config, registry: HookRegistry) -> tuple[Any, CommandRunner]:
-    """The WSGI app and its command runner, made in the worker (serve/context.py, load_app)."""
-    from hookrunner.run.executor import CommandRunner
+def _build_app(config: Config, registry: HookRegistry) -> tuple[Any, OwnerClient]:
+    """The WSGI app and its runner, made in the worker (serve/context.py, load_app): the worker's side of
+    the run owner, which admits, starts and waits for every run (serve/ownerprocess.py)."""
+    from hookrunner.run.ownerclient import OwnerClient
     from hookrunner.serve.app import create_app
 
-    # Only the worker, whose every child is a command, runs commands: it adopts their orphans.
-    runner = CommandRunner(config.command_timeout, config.max_concurrent_commands, adopt_orphans=True)
+    runner = OwnerClient()  # its connection is given at the worker's start (serve/worker.py)
     return create_app(config, registry, runner), runner

@@ -61,6 +61,13 @@ class GoLogger:
         with self._lock:
             self._stream = stream
 
+    def fileno(self) -> int | None:
+        """The descriptor the log writes to (a process that closes what it inherited keeps this one)."""
+        try:
+            return self._stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            return None
+
     def wants(self, event: str | None = None) -> bool:
         """Whether an entry of `event` would be written: callers ask before building a costly message. An
         entry of event `fatal` (hookrunner's own reason not to start: the journal, the admin listener) is

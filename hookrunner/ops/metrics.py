@@ -7,10 +7,12 @@ sets. Without `-metrics` nothing is created and every recorder is a no-op.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Histogram
+    from prometheus_client.metrics_core import Metric
 
 # Request outcomes (the `outcome` label of hookrunner_requests_total).
 SERVED = "served"  # rules satisfied, command started (or run, when its output is captured)
@@ -68,14 +70,37 @@ def exit_status_label(error: str | None) -> str:
     return "error"
 
 
-class Metrics:
-    """The metric objects, in a registry of their own (the process-wide default one stays untouched)."""
+#: The run metrics' exposition from where the runs are (the run owner), in OpenMetrics text; None when it
+#: cannot be had now (the run families are then left out of the scrape).
+RunsSource = Callable[[], bytes | None]
 
-    def __init__(self, hooks: HooksSource, runner: RunnerSource) -> None:
+
+class _Families:
+    """A collector that yields the metric families `source` gives at each scrape."""
+
+    def __init__(self, source: Callable[[], Iterable[Metric]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._source()
+
+
+class Metrics:
+    """The metric objects, in a registry of their own (the process-wide default one stays untouched).
+
+    The run metrics (commands finished, their durations, running, queued, journal events) are kept in
+    `runs`, a registry of their own, counted where the commands run. Where they run in another process
+    (a worker, whose runs the run owner starts: docs/run-state.md), `runs_elsewhere` gives that process's
+    exposition of them at each scrape, and `registry` shows those in place of this process's own."""
+
+    def __init__(
+        self, hooks: HooksSource, runner: RunnerSource, runs_elsewhere: RunsSource | None = None
+    ) -> None:
         # Imported here: without -metrics, start-up does not pay for prometheus_client.
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry: CollectorRegistry = CollectorRegistry()
+        self.runs: CollectorRegistry = CollectorRegistry()
         self.requests: Counter = Counter(
             "hookrunner_requests",
             "Requests for hooks, by hook id (empty for unknown ids) and outcome.",
@@ -86,21 +111,21 @@ class Metrics:
             "hookrunner_command_runs",
             "Finished hook commands, by hook id and exit status (0-255, signal, timeout, not_found, error).",
             ["hook", "status"],
-            registry=self.registry,
+            registry=self.runs,
         )
         self.command_duration: Histogram = Histogram(
             "hookrunner_command_duration_seconds",
             "How long hook commands ran, by hook id.",
             ["hook"],
             buckets=DURATION_BUCKETS,
-            registry=self.registry,
+            registry=self.runs,
         )
-        running = Gauge("hookrunner_commands_running", "Hook commands running now.", registry=self.registry)
+        running = Gauge("hookrunner_commands_running", "Hook commands running now.", registry=self.runs)
         running.set_function(lambda: runner.running)
         queued = Gauge(
             "hookrunner_commands_queued",
             "Hook runs admitted but waiting for a free slot (per-hook max-concurrency).",
-            registry=self.registry,
+            registry=self.runs,
         )
         queued.set_function(lambda: runner.queued)
         loaded = Gauge("hookrunner_hooks_loaded", "Hooks being served now.", registry=self.registry)
@@ -119,10 +144,18 @@ class Metrics:
             "Run journal (-state-dir) events: runs journaled, replayed after a restart, pruned once "
             "finished, and failures to journal (the journal then turns off).",
             ["event"],
-            registry=self.registry,
+            registry=self.runs,
         )
         for event in JOURNAL_EVENTS:
             self.journal.labels(event=event)
+        local_runs = self.runs.collect
+        self.registry.register(_Families(local_runs if runs_elsewhere is None else _parsed(runs_elsewhere)))
+
+    def runs_exposition(self) -> bytes:
+        """The run metrics alone in OpenMetrics text: what a worker's scrape asks the run owner for."""
+        from prometheus_client.openmetrics.exposition import generate_latest
+
+        return bytes(generate_latest(self.runs))
 
     def exposition(self, accept: str) -> tuple[bytes, str]:
         """The registry in the format the scraper asked for (Prometheus text, or OpenMetrics)."""
@@ -132,13 +165,26 @@ class Metrics:
         return encoder(self.registry), content_type
 
 
+def _parsed(source: RunsSource) -> Callable[[], Iterator[Metric]]:
+    """The families of the OpenMetrics text `source` gives, read again at each scrape."""
+
+    def families() -> Iterator[Metric]:
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+        text = source()
+        if text is not None:
+            yield from text_string_to_metric_families(text.decode("utf-8"))
+
+    return families
+
+
 #: Set once at start-up by enable(), like the process-wide logger; None means -metrics is off.
 _active: Metrics | None = None
 
 
-def enable(hooks: HooksSource, runner: RunnerSource) -> Metrics:
+def enable(hooks: HooksSource, runner: RunnerSource, runs_elsewhere: RunsSource | None = None) -> Metrics:
     global _active
-    _active = Metrics(hooks, runner)
+    _active = Metrics(hooks, runner, runs_elsewhere)
     return _active
 
 

@@ -28,7 +28,7 @@ from hookrunner.run.processes import ProcessTracker, end_previous_attempt
 from hookrunner.run.scheduler import Busy, Scheduler
 from hookrunner.run.spawn import Exit, Listener, Output, StartSignal, Waits, start_process
 from hookrunner.run.tempfiles import create_temp, write_temp
-from hookrunner.state.journal import Journal, JournalUnwritable, LeftOver, RunSpec
+from hookrunner.state.journal import Journal, JournalUnwritable, LeftOver, RunSpec, accepts_runs
 
 #: How long a background run's answer waits for its process to start, at most (the gevent worker). Under
 #: load the start waits for a core (the child's exec) behind everything else on the machine; past this the
@@ -140,6 +140,10 @@ class CommandRunner:
         """Run and wait the way `waits` does (before any run is admitted)."""
         self.waits = waits
         self._scheduler.launch = waits.launch if waits.launches else None
+
+    def accepts_runs(self) -> bool:
+        """Readiness: whether runs can be accepted now (the journal, with one, can be written)."""
+        return accepts_runs(self.journal)
 
     @property
     def running(self) -> int:

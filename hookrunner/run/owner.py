@@ -19,6 +19,10 @@ What a worker's connection carries (the worker's side is run/ownerclient.py):
   last `exit` {id, error} + the output's last piece. `started`, `out` and `exit` may come before
   `admitted`: a run can start, and even end, before its admission's answer is sent. Every run gets its
   `exit`, whatever it asked for.
+- worker -> owner `metrics` {id}: the run metrics (ops/metrics.py, with -metrics). Answered with
+  `metrics_part` {id} + bytes, as many as the text needs, then `metrics` {id} + its last piece: the run
+  metrics in OpenMetrics text, empty without -metrics. `ready` {id}: answered `ready` {id, ok}: whether
+  runs can be accepted now (the journal, with -state-dir, can be written), for readiness (/healthz?ready).
 
 The owner never waits on a worker: sends are non-blocking, and what a worker's socket cannot take now
 waits in that connection's outbox, bounded (OUTBOX_BOUND); past it the connection is cut off, as if the
@@ -41,9 +45,9 @@ from hookrunner.run import wire
 from hookrunner.run.executor import CommandResult, CommandRunner
 from hookrunner.run.runorder import RunOrder, run_order
 from hookrunner.run.spawn import Waits
-from hookrunner.run.wire import Message, PeerGone, WireError
+from hookrunner.run.wire import EVENT, Message, PeerGone, WireError
 from hookrunner.state.backend import StateUnavailable
-from hookrunner.state.journal import JournalUnwritable
+from hookrunner.state.journal import JournalUnwritable, accepts_runs
 from hookrunner.state.slots import Busy
 
 #: How runs the owner's readers and flushers apart from the caller: a thread, or a greenlet on the owner's
@@ -239,6 +243,8 @@ class Owner:
         # Runs told `admitted` or about to be, not yet started, by request id: `started` goes to them.
         self._starting: dict[str, list[_Asked]] = {}
         runner.on_started = self._started
+        #: The run metrics in OpenMetrics text, for a worker's `metrics` (ops/metrics.py); None: no metrics.
+        self.exposition: Callable[[], bytes] | None = None
 
     @property
     def workers(self) -> list[int]:
@@ -265,6 +271,7 @@ class Owner:
         """The worker is gone: stop serving its connection. Its runs go on; what they send is dropped."""
         with self._lock:
             connection = self._connections.pop(worker_pid, None)
+        log.output(f"worker {worker_pid} is gone; the run owner let its connection go", event=EVENT)
         if connection is not None:
             connection.close()
 
@@ -330,10 +337,22 @@ class Owner:
                 return
             connection.parts.setdefault(number, []).append(message.data)
         elif message.kind == "hello":
-            if message.get("version") != wire.VERSION:
-                version = message.get("version")
-                log.output(f"run owner: worker {pid} speaks version {version!r}; letting it go")
+            version = message.get("version")
+            if version != wire.VERSION:
+                log.output(f"run owner: worker {pid} speaks version {version!r}; letting it go", event=EVENT)
                 connection.close()
+                return
+            said = f"worker {pid} connected to the run owner (epoch {self.epoch}, protocol {version})"
+            log.output(said, event=EVENT)
+        elif message.kind in ("metrics", "ready"):
+            number = message.get("id")
+            if not isinstance(number, int) or isinstance(number, bool):
+                return
+            if message.kind == "ready":
+                connection.send(Message("ready", {"id": number, "ok": accepts_runs(self.runner.journal)}))
+                return
+            text = self.exposition() if self.exposition is not None else b""
+            connection.send_all(_framed("metrics_part", "metrics", number, text, None))
         else:
             log.output(f"run owner: a {message.kind!r} message from worker {pid} ignored")
 
@@ -397,14 +416,17 @@ class Owner:
         exc = future.exception()
         result = CommandResult(b"", f"error: {type(exc).__name__}") if exc is not None else future.result()
         output = result.output if asked.wants_output and not asked.streamed else b""
-        asked.connection.send_all(_exit_packets(asked.number, output, result.error))
+        asked.connection.send_all(_framed("result", "exit", asked.number, output, {"error": result.error}))
 
 
-def _exit_packets(number: int, output: bytes, error: str | None) -> Iterator[bytes]:
-    """A finished run's output in `result` frames, the last piece with its `exit`."""
-    frames = wire.frames(output)
+def _framed(
+    part: str, last: str, number: int, data: bytes, fields: dict[str, object] | None
+) -> Iterator[bytes]:
+    """`data` for request `number` in `part` frames, the last piece in the `last` message (with `fields`):
+    a finished run's output and its `exit`, or the run metrics."""
+    frames = wire.frames(data)
     piece = next(frames)
     for following in frames:
-        yield wire.encode(Message("result", {"id": number}, piece))
+        yield wire.encode(Message(part, {"id": number}, piece))
         piece = following
-    yield wire.encode(Message("exit", {"id": number, "error": error}, piece))
+    yield wire.encode(Message(last, {"id": number, **(fields or {})}, piece))

@@ -66,16 +66,27 @@ class _Sent:
         self.has_started = False
 
 
+#: Starts a reader apart from the caller: a thread, or a greenlet.
+Spawn = Callable[[Callable[[], None]], None]
+
+#: The error of a run this worker stopped waiting for when its stop's grace was over (the run goes on in
+#: the owner, which ends it when the tree stops).
+CANCELLED = "cancelled: hookrunner stopped before it ended (-shutdown-timeout)"
+
+
 class OwnerClient:
     """What a worker runs hooks with once the owner holds the runs: submit(), start() and run() as a
     CommandRunner's, each run sent to the owner over the worker's connection and its future resolved by
     this client's reader (a thread, or a greenlet: `spawn` decides). `running` and `queued` are this
-    worker's runs as the owner told them, not the host's."""
+    worker's runs as the owner told them, not the host's.
 
-    def __init__(self, sock: socket.socket, spawn: Callable[[Callable[[], None]], None]) -> None:
-        self._sock = sock
-        self._spawn = spawn
-        sock.setblocking(False)  # waits are `waits`', on threads or on the worker's loop
+    The connection and the reader's `spawn` may be given at connect() rather than here: the master builds
+    the app (and this client) before it forks the worker whose connection it is (serve/context.py)."""
+
+    def __init__(self, sock: socket.socket | None = None, spawn: Spawn | None = None) -> None:
+        self._sock = sock if sock is not None else socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._spawn: Spawn = spawn if spawn is not None else Waits().launch
+        self._sock.setblocking(False)  # waits are `waits`', on threads or on the worker's loop
         #: How a request waits for the run whose output it answers with (the gevent worker replaces it).
         self.wait_for: Callable[[Future[CommandResult]], CommandResult] = Future.result
         #: What the answers' and starts' waits are made of (the gevent worker's, with use()).
@@ -93,6 +104,7 @@ class OwnerClient:
         self._epoch = 0  # the epoch of the owner that said hello last; 0: none yet, or it is gone
         self._hello = False
         self._closing = False
+        self._generation = 0
         #: The pid of the owner whose hello came last.
         self.owner_pid = 0
 
@@ -100,11 +112,24 @@ class OwnerClient:
         """Wait the way `waits` do (the gevent worker's loop: serve/greenruns.py); before connect()."""
         self.waits = waits
 
-    def connect(self, generation: int = 0) -> None:
-        """Say hello to the owner, and start the reader (with `spawn`)."""
-        hello = {"version": wire.VERSION, "pid": os.getpid(), "generation": generation}
-        self._send([wire.Message("hello", hello)])
+    def connect(
+        self, generation: int = 0, sock: socket.socket | None = None, spawn: Spawn | None = None
+    ) -> None:
+        """Say hello to the owner, and start the reader (with `spawn`); `sock`: the connection, when it was
+        not given at the start."""
+        if sock is not None:
+            self._sock.close()
+            self._sock = sock
+            sock.setblocking(False)
+        if spawn is not None:
+            self._spawn = spawn
+        self._generation = generation
+        self._say_hello()
         self._spawn(self._read)
+
+    def _say_hello(self) -> None:
+        hello = {"version": wire.VERSION, "pid": os.getpid(), "generation": self._generation}
+        self._send([wire.Message("hello", hello)])
 
     # --- CommandRunner's surface --------------------------------------------------------------------
 
@@ -187,6 +212,38 @@ class OwnerClient:
         limits)."""
         return self.wait_for(self._submit(hook, req, False, None, True))
 
+    def run_metrics(self) -> bytes | None:
+        """The run metrics in OpenMetrics text, asked of the owner (ops/metrics.py's `runs_elsewhere`); None
+        when the owner does not answer."""
+        answer = self._ask("metrics")
+        if answer is None:
+            log.output("run owner client: no run metrics from the run owner", level="warn")
+        return None if answer is None else answer.output
+
+    def accepts_runs(self) -> bool:
+        """Readiness: whether the owner would accept runs now (its journal, with -state-dir, can be written);
+        False when it does not answer."""
+        answer = self._ask("ready")
+        return answer is not None and answer.ok
+
+    def _ask(self, kind: str) -> CommandResult | None:
+        """Ask the owner a question (`metrics`, `ready`) and wait for its answer, `answer_wait` at most."""
+        if not self._hello:
+            return None
+        number = next(self._numbers)
+        sent = _Sent("", self.waits.event(), self.waits.event())
+        with self._lock:
+            self._sent[number] = sent
+        try:
+            self._send([wire.Message(kind, {"id": number})])
+            if sent.answered.wait(self.answer_wait) and sent.error is None and sent.future.done():
+                return sent.future.result()
+        except (OSError, wire.PeerGone, wire.WireError, OwnerUnavailable):
+            pass
+        finally:
+            self._forget(number)
+        return None
+
     def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int:
         """Nothing: the owner alone replays the journal."""
         return 0
@@ -202,6 +259,10 @@ class OwnerClient:
                 break
             self.waits.sleep(min(0.05, deadline - time.monotonic()))
         self._closing = bool(waiting)
+        # Requests still waiting for a run's output are answered now (500); the run goes on in the owner.
+        for future in waiting:
+            if not future.done():
+                future.set_result(CommandResult(b"", CANCELLED))
 
     def close(self) -> None:
         """Let the connection go: the reader ends, and every run still waited on fails as OwnerUnavailable."""
@@ -264,6 +325,8 @@ class OwnerClient:
                 return
             if epoch != self._epoch:
                 self._new_owner()
+                if self._epoch:
+                    self._say_hello()  # a new owner: it learns of this worker from this hello
             self._epoch = epoch
             self.owner_pid = message.get("owner") or 0
             self._hello = True
@@ -286,6 +349,14 @@ class OwnerClient:
             sent.has_started = True
             self._ahead.discard(number)
             sent.started.set()
+        elif kind == "metrics_part":
+            sent.chunks.append(message.data)
+        elif kind in ("metrics", "ready"):  # the answer to _ask()
+            ready = kind == "metrics" or message.get("ok") is True
+            sent.how = kind
+            answer = CommandResult(b"".join(sent.chunks) + message.data, None if ready else kind)
+            sent.future.set_result(answer)
+            sent.answered.set()
         elif kind in ("out", "result"):
             sent.chunks.append(message.data)
             if kind == "out" and sent.on_output is not None:
@@ -302,7 +373,8 @@ class OwnerClient:
             sent.chunks = []
             if sent.how is not None:  # else the exit came before the answer: forgotten once answered
                 self._forget(number)
-            sent.future.set_result(result)
+            if not sent.future.done():  # else shutdown stopped waiting for it
+                sent.future.set_result(result)
 
     def _new_owner(self) -> None:
         """A new owner took the connection (its hello comes before any answer of its own): the runs an

@@ -4,7 +4,6 @@ all, with Go's error texts."""
 from __future__ import annotations
 
 import os
-import secrets
 
 from hookrunner.golang.syscall import errno_text
 
@@ -20,6 +19,10 @@ def create_temp(folder: str, pattern: str) -> tuple[int, str]:
         prefix, suffix = pattern, ""
     folder = folder or os.environ.get("TMPDIR") or "/tmp"
     prefix = folder + prefix if folder.endswith("/") else f"{folder}/{prefix}"
+    # Imported here: secrets loads hashlib and with it OpenSSL's libcrypto, which the run owner's process
+    # otherwise never needs (docs/performance.md, memory at rest).
+    import secrets
+
     for _ in range(10000):
         name = f"{prefix}{secrets.randbits(32)}{suffix}"
         try:

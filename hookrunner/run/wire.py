@@ -15,6 +15,9 @@ from typing import Any
 #: The protocol's version, sent in the first message (`hello`) of a connection.
 VERSION = 1
 
+#: The JSON log's event of every line about the run owner's process and its connections (-log-format json).
+EVENT = "run_owner"
+
 #: The largest packet either end sends or accepts: well under a socket buffer's default size
 #: (net.core.wmem_default, 208 KiB here), which bounds one SOCK_SEQPACKET packet.
 MAX_PACKET = 128 * 1024

@@ -27,6 +27,7 @@ MSG_COMMAND_ERROR = (
 )
 #: -state-dir's journal cannot record a run (answered 503 with Retry-After; also /healthz?ready's text).
 MSG_UNJOURNALED = b"The run journal cannot be written; try again later."
+MSG_UNAVAILABLE = b"Runs cannot be accepted now; try again later."
 TEXT_PLAIN = "text/plain; charset=utf-8"
 #: Where the server puts the request's headers as a list of (name, value), repeats included.
 HEADER_LIST_KEY = "hookrunner.header_list"

@@ -37,6 +37,7 @@ from hookrunner.hooks.request import Request, canonical_header_key
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.executor import CommandRunner
+from hookrunner.run.ownerclient import OwnerClient
 from hookrunner.run.scheduler import Busy
 from hookrunner.serve.answers import (
     BODY_FAILED_KEY,
@@ -46,6 +47,7 @@ from hookrunner.serve.answers import (
     MSG_MULTIPART,
     MSG_NOT_FOUND,
     MSG_RULE_ERROR,
+    MSG_UNAVAILABLE,
     MSG_UNJOURNALED,
     TEXT_PLAIN,
     Answer,
@@ -63,7 +65,8 @@ from hookrunner.serve.proxies import forwarded_client, parse_networks
 from hookrunner.serve.ratelimit import TokenBuckets, too_fast
 from hookrunner.serve.routes import method_allowed, routed_hook
 from hookrunner.serve.stream import StreamedAnswer, StreamPipe, stream_answer
-from hookrunner.state.journal import JournalUnwritable, accepts_runs
+from hookrunner.state.backend import StateUnavailable
+from hookrunner.state.journal import JournalUnwritable
 
 #: Bodies at least this long are parsed by `Parsing.run` (off the gevent worker's event loop); shorter ones
 #: take less time to parse than to hand to a thread.
@@ -94,7 +97,7 @@ class Parsing:
 class HookApp:
     """Holds what the routes need; the Flask app calls into it."""
 
-    def __init__(self, config: Config, registry: HookRegistry, runner: CommandRunner) -> None:
+    def __init__(self, config: Config, registry: HookRegistry, runner: CommandRunner | OwnerClient) -> None:
         self.config = config
         self.registry = registry
         self.runner = runner
@@ -104,7 +107,8 @@ class HookApp:
         rps, burst = config.rate_limit_rps, config.rate_limit_burst
         self.rate_limits = TokenBuckets(rps, burst) if config.rate_limit_enabled else None
         # -metrics: the metric objects live as long as the app (created in the master, used in the worker).
-        self.metrics = metrics.enable(registry, runner) if config.metrics else None
+        runs_elsewhere = runner.run_metrics if isinstance(runner, OwnerClient) else None
+        self.metrics = metrics.enable(registry, runner, runs_elsewhere) if config.metrics else None
         if self.metrics is None:
             metrics.disable()
 
@@ -213,7 +217,7 @@ class HookApp:
         elif "ready" in request.args and len(self.registry) == 0:
             # Readiness: a runner whose hooks files gave no hooks should get no traffic.
             response = answer(503, b"No hooks are loaded.", self.global_headers, TEXT_PLAIN)
-        elif "ready" in request.args and not accepts_runs(self.runner.journal):  # docs/operations.md
+        elif "ready" in request.args and not self.runner.accepts_runs():  # docs/operations.md
             response = answer(503, MSG_UNJOURNALED, self.global_headers, TEXT_PLAIN)
         else:
             response = answer(200, b"OK", self.global_headers, TEXT_PLAIN)
@@ -324,17 +328,23 @@ class HookApp:
         log.request(rid, f"{hook.id} hook triggered successfully\n", hook=hook.id, event="triggered")
         for header in hook.response_headers:
             headers[canonical_header_key(header.name)] = header.value
+        try:
+            return self.run_hook(rid, hook, req, headers)
+        except StateUnavailable as why:  # the run owner could not take the run, or went away with it
+            log.request(rid, f"{hook.id}: runs cannot be accepted now ({why}), answering 503", level="error",
+                        hook=hook.id, event="unavailable")
+            return answer(503, MSG_UNAVAILABLE, {**headers, "Retry-After": str(why.retry_after)})
+
+    def run_hook(self, rid: str, hook: Hook, req: Request, headers: dict[str, str]) -> Answer:
+        """Hand the run over and answer as the hook says: at once, with its output, or streaming it."""
         pipe = StreamPipe(self.runner.waits, self.config.stream_buffer) if hook.stream_output else None
         try:
             future = self.runner.submit(
                 hook, req, pipe is None and not hook.capture_output, None if pipe is None else pipe.push
             )
         except Busy as busy:
-            log.request(
-                rid,
-                f"{hook.id} is busy: concurrency limit and queue full, answering 429",
-                level="warn", hook=hook.id, event="busy",
-            )
+            log.request(rid, f"{hook.id} is busy: concurrency limit and queue full, answering 429",
+                        level="warn", hook=hook.id, event="busy")
             metrics.record_request(hook.id, metrics.BUSY)
             headers["Retry-After"] = str(busy.retry_after)
             return answer(429, b"Too many runs of this hook are already running or queued.", headers)
@@ -533,7 +543,7 @@ class HookFlask(Flask):
         return super().create_url_adapter(request)
 
 
-def create_app(config: Config, registry: HookRegistry, runner: CommandRunner) -> Flask:
+def create_app(config: Config, registry: HookRegistry, runner: CommandRunner | OwnerClient) -> Flask:
     """The WSGI app serving `/` and `/<urlprefix>/<id>` exactly as webhook routes them."""
     hooks = HookApp(config, registry, runner)
     app = HookFlask("hookrunner", static_folder=None)

@@ -25,6 +25,7 @@ from gunicorn.workers.workertmp import WorkerTmp
 from hookrunner.config import Config
 from hookrunner.errors import AdminSetupError
 from hookrunner.ops.log import json_line, log, rfc3339_now
+from hookrunner.run.processes import become_subreaper
 from hookrunner.serve.context import (
     HELD_SIGNALS,
     MAX_HEAD_BYTES,
@@ -34,6 +35,7 @@ from hookrunner.serve.context import (
     builds_in_master,
     ctx,
 )
+from hookrunner.serve.runowner import RunOwner
 from hookrunner.state.journal import JournalError, check_journal, lock_state_dir, new_boot_id
 
 if TYPE_CHECKING:
@@ -58,7 +60,12 @@ def hold_reload_signals() -> None:
 
 
 class HookArbiter(Arbiter):
-    """gunicorn's master with webhook's signal meanings instead of gunicorn's."""
+    """gunicorn's master with webhook's signal meanings instead of gunicorn's, and the supervisor of the run
+    owner (serve/runowner.py): each worker it forks gets a connection to the owner, and an owner that dies
+    is forked again."""
+
+    #: Set by serve() before gunicorn starts; None only where no owner is started (unit tests).
+    run_owner: RunOwner | None = None
 
     def __init__(self, app: BaseApplication) -> None:
         software = os.environ.get("SERVER_SOFTWARE")
@@ -85,11 +92,37 @@ class HookArbiter(Arbiter):
         # A stop or reload sent to the new worker before it installs its own handlers would reach the
         # master's copied handlers and be lost (the worker would then run until SIGKILL). Hold those
         # signals across the fork; the worker releases them once its handlers are in place.
+        owner = self.run_owner
+        ctx.owner_link = owner.new_connection() if owner is not None else None
         signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
         try:
-            return int(super().spawn_worker())
+            pid = int(super().spawn_worker())  # only the master returns
+            if owner is not None:
+                owner.connect_worker(pid)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+            if ctx.owner_link is not None:
+                ctx.owner_link.close()  # the worker's end is the worker's
+                ctx.owner_link = None
+            if owner is not None:
+                owner.drop_connection()  # the fork failed: nobody holds the other end
+        return pid
+
+    def spawned(self, worker: Any) -> None:
+        """In the worker, right after its fork (gunicorn's post_fork): what only the master holds goes."""
+        if self.run_owner is not None:
+            self.run_owner.in_worker()
+
+    def reap_workers(self) -> None:
+        super().reap_workers()
+        if self.run_owner is not None:
+            self.run_owner.keep_workers(self.WORKERS)
+
+    def manage_workers(self) -> None:
+        if self.run_owner is not None:
+            self.run_owner.keep_workers(self.WORKERS)  # gunicorn also drops a worker it could not signal
+            self.run_owner.restart_if_gone()
+        super().manage_workers()
 
     def handle_hup(self) -> None:
         log.output("caught HUP signal")
@@ -116,6 +149,11 @@ class HookArbiter(Arbiter):
 
     def handle_ttou(self) -> None:
         pass
+
+
+def _post_fork(arbiter: Arbiter, worker: Any) -> None:
+    if isinstance(arbiter, HookArbiter):
+        arbiter.spawned(worker)
 
 
 class _ForkedWorker:
@@ -238,6 +276,7 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
         **PARSER_OPTIONS,
         "forwarded_allow_ips": "",
         "control_socket_disable": True,
+        "post_fork": _post_fork,
         # Who we are now, after -setuid/-setgid; gunicorn's default is whoever imported it (root).
         "user": os.getuid(),
         "group": os.getgid(),
@@ -308,6 +347,12 @@ def serve(
             log.output(f"error setting up the admin listener: {err}", level="error", event="fatal")
             raise SystemExit(1) from None
         ctx.history_feed, ctx.history_key = admin_process.feed_address, admin_process.feed_key
+    # After -setuid/-setgid (cli.py drops them before serve() is called) and before any worker: the run
+    # owner, which never holds the hooks socket or the -state-dir lock. The master adopts what the owner's
+    # commands leave behind (subreaper), and gunicorn's reaping reaps them as unknown children.
+    become_subreaper()
+    owner = HookArbiter.run_owner = RunOwner((fd,) if ctx.state_lock is None else (fd, ctx.state_lock))
+    owner.start()
     try:
         app.run()
     except SystemExit as stop:
@@ -315,5 +360,7 @@ def serve(
         if os.getpid() != master or stop.code not in (0, None):
             raise
     finally:
-        if admin_process is not None and os.getpid() == master:
-            admin_process.stop()
+        if os.getpid() == master:
+            owner.stop()  # after the workers: gunicorn has stopped them by now
+            if admin_process is not None:
+                admin_process.stop()

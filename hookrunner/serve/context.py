@@ -5,6 +5,7 @@ light (no Flask, gevent or werkzeug), so that the master can import it and stay 
 from __future__ import annotations
 
 import signal
+import socket
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,13 +37,16 @@ class Registry(Protocol):
 
     def hooks_of(self, path: str) -> tuple[Hook, ...]: ...
 
+    def __len__(self) -> int: ...
+
     loaded_at: dict[str, float]
 
     on_publish: Callable[[], None] | None
 
 
 class Runner(Protocol):
-    """What serving needs of executor.CommandRunner."""
+    """What serving needs of its runner: run/ownerclient.py's OwnerClient, which hands every run to the
+    run owner."""
 
     wait_for: Callable[[Future[Any]], Any]
 
@@ -55,6 +59,16 @@ class Runner(Protocol):
     def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int: ...
 
     def use(self, waits: Waits) -> None: ...
+
+    @property
+    def waits(self) -> Waits: ...
+
+    def connect(
+        self,
+        generation: int = 0,
+        sock: socket.socket | None = None,
+        spawn: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None: ...
 
 
 #: Threads of the threaded worker (threadworker.py): each request that captures a command's output holds
@@ -86,11 +100,15 @@ class _Context:
     ssl_context: ssl.SSLContext | None = None
     #: One start of hookrunner (made in the master): the run journal tells a dead worker's runs by it.
     boot_id: str = ""
-    #: The lock on -state-dir (journal.lock_state_dir); None: no journal for this start.
+    #: The lock on -state-dir (journal.lock_state_dir); None: no journal for this start. Held by the master;
+    #: the run owner opens the journal (serve/ownerprocess.py).
     state_lock: int | None = None
     #: The admin listener's event feed (serve/adminserver.py): its socket path and key; "" for none.
     history_feed: str = ""
     history_key: bytes = b""
+    #: This worker's end of its connection to the run owner (serve/runowner.py), made by the master just
+    #: before the fork; None in the master (between forks) and where no owner runs.
+    owner_link: socket.socket | None = None
     #: Builds the WSGI app and the runner behind it, once per process, through load_app: in the worker
     #: after the fork, so that the master never holds Flask, gevent or the command runner
     #: (docs/performance.md, memory at rest), or in the master before the fork when the worker may no

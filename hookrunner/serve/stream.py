@@ -28,6 +28,7 @@ from hookrunner.golang.status import status_line
 from hookrunner.golang.time import go_duration_text
 from hookrunner.ops.log import log
 from hookrunner.run.executor import CommandResult, CommandRunner
+from hookrunner.run.ownerclient import OwnerClient
 from hookrunner.run.spawn import StartSignal, Waits
 from hookrunner.serve.answers import TEXT_PLAIN, Answer, answer
 
@@ -137,7 +138,7 @@ class StreamBody:
         first: bytes,
         pipe: StreamPipe,
         future: Future[CommandResult],
-        runner: CommandRunner,
+        runner: CommandRunner | OwnerClient,
         rid: str,
         hook_id: str,
         write_timeout: float,
@@ -198,7 +199,8 @@ class StreamBody:
         """The run's output has all been taken: how it ended goes to the log only (the status is out)."""
         if self._pipe.overrun or not self._future.done():
             return
-        result = self._future.result()
+        failed = self._future.exception()  # the run owner went away with the run (run/ownerclient.py)
+        result = self._future.result() if failed is None else CommandResult(b"", f"{failed}")
         if result.ok:
             return
         how = "timed out" if result.timed_out else "was cancelled" if self._runner.closing else "failed"
@@ -243,7 +245,7 @@ class StreamedAnswer(Answer):
 def stream_answer(
     pipe: StreamPipe,
     future: Future[CommandResult],
-    runner: CommandRunner,
+    runner: CommandRunner | OwnerClient,
     rid: str,
     hook_id: str,
     status: int,
@@ -252,7 +254,9 @@ def stream_answer(
     sock: Any,
 ) -> Answer:
     """The answer of a streaming hook's request, once its run's first output has come or the run has
-    ended: streamed from the first byte on; before it, soulteary's answer for how the run ended."""
+    ended: streamed from the first byte on; before it, soulteary's answer for how the run ended. Raises
+    what the run's future raises when it ended before any output (StateUnavailable: the run owner went
+    away with it)."""
     future.add_done_callback(lambda _: pipe.end())
     first = pipe.take()
     if first is None:

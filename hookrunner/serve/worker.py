@@ -22,7 +22,6 @@ import gunicorn.http.message
 import gunicorn.http.parser
 import gunicorn.http.wsgi
 import gunicorn.util
-from gunicorn.arbiter import Arbiter
 from gunicorn.http import errors as http_errors
 from gunicorn.workers.base import Worker
 from werkzeug.exceptions import RequestTimeout
@@ -47,7 +46,6 @@ from hookrunner.serve.protocol import (
     http_date,
 )
 from hookrunner.serve.tls import PLAIN_HTTP_ANSWER, go_addr, go_handshake_error
-from hookrunner.state.journal import open_journal
 
 if TYPE_CHECKING:
     # Loaded only with the flag that needs them (docs/performance.md, memory at rest): watchdog with
@@ -224,34 +222,13 @@ def _start_watcher(registry: Registry) -> HooksWatcher:
     return watcher
 
 
-def _start_journal() -> None:
-    """Open the run journal in this worker (SQLite connections do not survive a fork), then replay the runs
-    that dead processes left unfinished; a worker that cannot open it stops, and gunicorn's master with it."""
-    config = ctx.config
-    journal = open_journal(config.state_dir, ctx.boot_id, config.state_keep)
-    if journal is None:  # the master's check passed: what failed is this worker's; the master stops too
-        raise SystemExit(Arbiter.WORKER_BOOT_ERROR)
-    ctx.runner.journal = journal
-    journal.prune()
-
-    def claim() -> None:
-        left_overs = journal.claim_left_overs()
-        if left_overs is None:  # a full disk: claimed by the next run the journal records, before it
-            journal.claim_later = claim
-        elif left_overs:
-            log.output(f"run journal: {len(left_overs)} unfinished run(s) left by a stopped hookrunner")
-            ctx.runner.replay(left_overs, ctx.registry.match)
-
-    claim()
-
-
 def _start_history() -> FeedClient:
-    """Send this worker's run records and the hooks it serves to the admin listener (-admin-addr)."""
+    """Send the hooks this worker serves to the admin listener (-admin-addr), at its start and after each
+    reload; the runs' records come from the run owner (serve/ownerprocess.py)."""
     from hookrunner.run.historyfeed import FeedClient
 
     feed = FeedClient(ctx.history_feed, ctx.history_key)
     recorder = Recorder(feed.send, ctx.config.history_output)
-    ctx.runner.history = recorder
     registry = ctx.registry
 
     def report_hooks() -> None:
@@ -464,8 +441,9 @@ class WebhookWorker(Worker):
             self._watcher = _start_watcher(ctx.registry)
         if ctx.history_feed:
             self._history_feed = _start_history()
-        if ctx.config.state_dir:
-            _start_journal()
+        if ctx.owner_link is not None:
+            # Every run goes through the run owner (serve/ownerprocess.py); the journal is the owner's.
+            ctx.runner.connect(sock=ctx.owner_link, spawn=ctx.runner.waits.launch)
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
@@ -550,7 +528,5 @@ class WebhookWorker(Worker):
         started = self._stop_started or time.monotonic()
         grace = ctx.config.shutdown_timeout
         ctx.runner.shutdown(max(0.0, grace - (time.monotonic() - started)))
-        if ctx.runner.journal is not None:
-            ctx.runner.journal.close()  # finishes kept while the disk was full are written now if they can
         if self._history_feed is not None:
             self._history_feed.flush(1.0)

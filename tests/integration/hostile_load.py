@@ -81,7 +81,7 @@ class Target:
         return self.log_path.read_text(errors="replace")
 
     def pids(self) -> list[int]:
-        """The server's process and its children (hookrunner's worker)."""
+        """The server's process and its children (hookrunner's workers and run owner)."""
         pid = self.process.pid
         try:
             children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()

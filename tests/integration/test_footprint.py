@@ -26,6 +26,7 @@ import pytest
 import trustme
 from command_under_test import HOOKRUNNER_BIN
 from integration_harness import HOOKRUNNER_TEST_FLAGS
+from test_serving import run_owner_pids, worker_pids
 
 PLAIN_HOOK = """
 - id: plain
@@ -111,6 +112,13 @@ class Running:
     def children(self) -> list[int]:
         path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
         return [int(pid) for pid in path.read_text().split()]
+
+    def workers(self) -> list[int]:
+        return worker_pids(self.proc.pid)
+
+    def owner(self) -> int:
+        (owner,) = run_owner_pids(self.proc.pid)
+        return owner
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -231,11 +239,16 @@ WORKER_ONLY_LIBRARIES = ("libssl.so", "libcrypto.so", "/_ssl.", "/_hashlib.", "/
 
 def test_the_master_holds_none_of_the_worker_code(tmp_path: Path, running: list[Running]) -> None:
     server = start(tmp_path, running, PLAIN_HOOK)
-    (worker,) = server.children()
+    (worker,) = server.workers()
     # gevent's greenlets and Jinja's markupsafe (through Flask) are C extensions: visible in the maps.
+    owner = server.owner()
     for library in ("greenlet", "markupsafe", *WORKER_ONLY_LIBRARIES):
         assert library in _mapped(worker)
         assert library not in _mapped(server.proc.pid)
+    # The run owner runs its loop on gevent (serve/ownerprocess.py), but loads no Flask and no OpenSSL.
+    assert "greenlet" in _mapped(owner)
+    for library in ("markupsafe", *WORKER_ONLY_LIBRARIES):
+        assert library not in _mapped(owner)
 
 
 def test_with_secure_the_master_loads_openssl_for_its_context(tmp_path: Path, running: list[Running]) -> None:
@@ -261,14 +274,19 @@ def _rss_kib(pid: int) -> int:
 
 
 def test_the_tree_at_rest_stays_under_a_generous_bound(tmp_path: Path, running: list[Running]) -> None:
-    # The target is 60 MB (issue 23; scripts/footprint measures it beside webhook, 59 MiB on the machine
-    # where it was met); 65 leaves room for machines whose libraries differ.
+    # A regression guard, not the target. Issue 23's target, 60 MB for the tree at rest, was met (59 MiB
+    # with the master and the worker), and issue 32's 60 MB with one worker is NOT met: the run owner is a
+    # third Python process. scripts/footprint with the real owner (issue 32 step 6; gevent, the executor
+    # and the journal's code, no Flask and no OpenSSL): the tree 84.1 MiB RSS (master 21.1, run owner 23.1,
+    # worker 40.0), 47.5 MiB PSS (9.5, 12.1, 26.0). RSS counts every page a forked process still shares
+    # with the master once per process; PSS shares them out. The bound is that measure plus the 6 MiB
+    # margin the old bound had over its 59 MiB, for machines whose libraries differ.
     server = start(tmp_path, running, Path(__file__).parents[2].joinpath("etc/hooks.yaml").read_text())
     time.sleep(0.5)
     pids = [server.proc.pid, *server.children()]
     total = sum(_rss_kib(pid) for pid in pids) / 1024
-    assert len(pids) == 2
-    assert total < 65, f"{total:.1f} MiB over {len(pids)} processes"
+    assert len(pids) == 3  # the master, the run owner and the worker
+    assert total < 90, f"{total:.1f} MiB over {len(pids)} processes"
 
 
 LOAD_HOOK = """
@@ -317,7 +335,7 @@ AFTER_LOAD_MIB = 10
 )
 def test_the_worker_comes_back_near_its_rest_after_a_load(tmp_path: Path, running: list[Running]) -> None:
     server = start(tmp_path, running, LOAD_HOOK, *HOOKRUNNER_TEST_FLAGS)
-    (worker,) = server.children()
+    (worker,) = server.workers()
     rest = _settled_rss_kib(worker)
     answers: list[tuple[int, bytes]] = []
     clients = [threading.Thread(target=_push, args=(server.port, 250, answers)) for _ in range(16)]

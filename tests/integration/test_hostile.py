@@ -42,6 +42,7 @@ from hostile_load import (
 )
 from integration_harness import HOOKRUNNER_TEST_FLAGS, REFERENCE_BINARY, reference_available
 from test_serving import ECHO_HOOK, Server, tls_files, wait_until
+from test_serving import worker_pids as master_workers
 
 GO_431 = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -65,7 +66,8 @@ def fails_on_gthread(reason: str) -> pytest.MarkDecorator:
 
 
 def worker_pids(target: Target) -> list[int]:
-    return target.pids()[1:]
+    """The master's children but the run owner."""
+    return master_workers(target.process.pid)
 
 
 @fails_on_gthread(

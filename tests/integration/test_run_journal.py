@@ -1,5 +1,5 @@
 """The run journal (-state-dir) against the real `hookrunner`: runs accepted (answered 200) and then lost to
-a kill -9 of the worker, of the whole process tree, or to a SIGTERM that outlasts -shutdown-timeout, run
+a kill -9 of the run owner, of the whole process tree, or to a SIGTERM that outlasts -shutdown-timeout, run
 again at the next start, each once; and a thousand accepted runs across three crashes all run."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_serving import Server, wait_until
+from test_serving import Server, run_owner_pids, wait_until, worker_pids
 
 # Records `start <seq> <pid>` and, once the gate file exists (bounded wait), `end <seq>`: a test decides
 # how long the runs last and can tell a run that started from one that finished.
@@ -94,18 +94,21 @@ def assert_each_ran_once_more(record: Path, server: Server) -> None:
         assert f"replaying run {run} of hook build, accepted at " in server.log
 
 
-def test_kill_9_of_the_worker_replays_its_running_and_queued_runs(tmp_path: Path, servers: list[Server]) -> None:
+def test_kill_9_of_the_run_owner_replays_its_running_and_queued_runs(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    # The run owner holds every run (issue 32 step 6): its death is what a worker's was before.
     record, gate, state = tmp_path / "record", tmp_path / "gate", tmp_path / "state"
     server = start(
         tmp_path, servers, [recorder_hook(record, gate)], "-state-dir", str(state), "-max-concurrent-commands", "1"
     )
     accept_five(server, record)
     assert states(state) == {"running": 1, "accepted": 4}
-    worker = server.worker_pid()
-    os.kill(worker, signal.SIGKILL)
-    # The master starts a new worker, which finds the dead one's runs.
+    (owner,) = run_owner_pids(server.process.pid)
+    os.kill(owner, signal.SIGKILL)
+    # The master forks a new owner, which finds the dead one's runs.
     assert server.wait_for_log("replaying run 5 of hook build", timeout=20), server.log
-    # The first run's command outlived its worker (its own session); the replay ended it before starting
+    # The first run's command outlived its owner (its own session); the replay ended it before starting
     # the run again, so it never got to its end.
     assert server.wait_for_log("run 1: ended what still ran of its previous attempt", timeout=20), server.log
     gate.touch()
@@ -117,11 +120,31 @@ def test_kill_9_of_the_worker_replays_its_running_and_queued_runs(tmp_path: Path
     assert server.stop() == 0
 
 
-def kill_tree(server: Server, record: Path) -> None:
-    """kill -9 of everything, as when a container or node dies: master, worker, and the commands."""
+def test_kill_9_of_the_worker_loses_nothing_and_replays_nothing(tmp_path: Path, servers: list[Server]) -> None:
+    # The worker holds no run: its death leaves the running run running and the queued ones queued.
+    record, gate, state = tmp_path / "record", tmp_path / "gate", tmp_path / "state"
+    server = start(
+        tmp_path, servers, [recorder_hook(record, gate)], "-state-dir", str(state), "-max-concurrent-commands", "1"
+    )
+    accept_five(server, record)
     worker = server.worker_pid()
+    os.kill(worker, signal.SIGKILL)
+    assert wait_until(lambda: replaced(server, worker), timeout=20)
+    gate.touch()
+    assert wait_until(lambda: len(lines(record, "end")) >= 5, timeout=30), record.read_text()
+    time.sleep(0.3)
+    assert lines(record, "start") == lines(record, "end") == ["1", "2", "3", "4", "5"], record.read_text()
+    assert "replaying run" not in server.log
+    assert wait_until(lambda: states(state) == {"finished": 5}, timeout=10), states(state)
+    assert server.stop() == 0
+
+
+def kill_tree(server: Server, record: Path) -> None:
+    """kill -9 of everything, as when a container or node dies: master, run owner, worker, and the commands."""
+    worker = server.worker_pid()
+    owners = run_owner_pids(server.process.pid)
     commands = [int(line.split()[2]) for line in record.read_text().splitlines() if line.startswith("start ")]
-    for pid in (server.process.pid, worker, *commands):
+    for pid in (server.process.pid, *owners, worker, *commands):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -283,8 +306,10 @@ def test_a_thousand_accepted_runs_across_three_crashes_all_run(tmp_path: Path, s
         nonlocal crashes
         for threshold in (250, 500, 750):
             pushes.reach(threshold)
-            os.kill(server.worker_pid(), signal.SIGKILL)
+            (owner,) = run_owner_pids(server.process.pid)  # the process that holds the runs
+            os.kill(owner, signal.SIGKILL)
             crashes += 1
+            assert wait_until(lambda o=owner: owner_replaced(server, o), timeout=20)  # type: ignore[misc]
 
     pushes.run(8, crash_three_times)
     accepted = pushes.accepted
@@ -293,7 +318,7 @@ def test_a_thousand_accepted_runs_across_three_crashes_all_run(tmp_path: Path, s
     assert wait_until(lambda: set(states(state)) == {"finished"}, timeout=30), states(state)
     counts = appended(out)
     twice = {seq: n for seq, n in counts.items() if n > 1}
-    # Only a run in flight when its worker died (at most `cap` per crash) may run again; a finished one never.
+    # Only a run in flight when its owner died (at most `cap` per crash) may run again; a finished one never.
     assert len(twice) <= 3 * cap, twice
     print(f"accepted {len(accepted)}, ran {len(counts)}, ran twice {len(twice)}: {sorted(twice)}")
     assert server.stop() == 0
@@ -320,16 +345,22 @@ def test_a_second_hookrunner_on_the_same_state_dir_does_not_start(tmp_path: Path
 def replaced(server: Server, worker: int) -> bool:
     """Whether the master has a new worker: not `worker`, and not none (between the old one's reaping and
     the new one's fork the master has no child; worker_pid() asserts one)."""
-    pid = server.process.pid
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return len(children) == 1 and int(children[0]) != worker
+    workers = worker_pids(server.process.pid)
+    return len(workers) == 1 and workers[0] != worker
+
+
+def owner_replaced(server: Server, owner: int) -> bool:
+    """Whether the master has forked a new run owner in place of `owner`."""
+    owners = run_owner_pids(server.process.pid)
+    return len(owners) == 1 and owners[0] != owner
 
 
 def test_kill_9_while_the_journal_is_being_written_loses_no_answered_run(
     tmp_path: Path, servers: list[Server]
 ) -> None:
-    """An OOM-like death mid-write: the worker is killed -9 the moment its journal's write-ahead log is
-    written to (a 1 MiB file per run makes each write hundreds of pages long), three times under load."""
+    """An OOM-like death mid-write: the run owner, which alone writes the journal, is killed -9 the moment
+    the journal's write-ahead log is written to (a 1 MiB file per run makes each write hundreds of pages
+    long), three times under load."""
     out, state = tmp_path / "out", tmp_path / "state"
     hook = append_hook("big", out, **{
         "pass-file-to-command": [{"source": "payload", "name": "blob", "envname": "BLOB"}],
@@ -350,13 +381,13 @@ def test_kill_9_while_the_journal_is_being_written_loses_no_answered_run(
         nonlocal kills
         for _ in range(3):
             pushes.reach(len(pushes.accepted) + 5)
-            worker, before = server.worker_pid(), written_at()
+            (owner,), before = run_owner_pids(server.process.pid), written_at()
             deadline = time.monotonic() + 10
             while written_at() == before and time.monotonic() < deadline:
                 pass  # spin: the kill must land while the write is still going on
-            os.kill(worker, signal.SIGKILL)
+            os.kill(owner, signal.SIGKILL)
             kills += 1
-            assert wait_until(lambda w=worker: replaced(server, w), timeout=20)  # type: ignore[misc]
+            assert wait_until(lambda o=owner: owner_replaced(server, o), timeout=20)  # type: ignore[misc]
         pushes.reach(len(pushes.accepted) + 5)
 
     pushes.run(3, kill_while_writing)
@@ -364,8 +395,8 @@ def test_kill_9_while_the_journal_is_being_written_loses_no_answered_run(
     assert kills == 3
     assert wait_until(lambda: accepted <= set(appended(out)), timeout=60), sorted(accepted - set(appended(out)))
     assert wait_until(lambda: set(states(state)) == {"finished"}, timeout=30), states(state)
-    # The journal was never found torn: every replaced worker opened it (one that cannot stops the server).
-    assert "this worker stops" not in server.log and server.process.poll() is None, server.log
+    # The journal was never found torn: every new owner opened it (one that cannot says so and stops).
+    assert "the run journal cannot be opened" not in server.log and server.process.poll() is None, server.log
     db = sqlite3.connect(state / "journal.sqlite3")
     try:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)

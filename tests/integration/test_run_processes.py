@@ -1,6 +1,6 @@
 """Every process a run starts, against the real `hookrunner`: a grandchild that leaves the run's process group
 and session (setsid, a double fork) and holds its output open is ended at -command-timeout and at shutdown,
-and the worker leaves no process and no zombie of it; after a kill -9 of the worker or of the whole tree,
+and the run owner leaves no process and no zombie of it; after a kill -9 of the run owner or of the whole tree,
 a replay never runs beside what is left of the previous attempt (sampled in /proc every 10 ms); and
 pass-file-to-command files are named as webhook names them, and with a full TMPDIR left unset as webhook
 leaves them."""
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from integration_harness import HOOKRUNNER_TEST_FLAGS, REFERENCE_BINARY, free_port
 from test_limits import MSG_COMMAND_ERROR, alive, python_command
-from test_serving import HOOKRUNNER, Server, wait_until
+from test_serving import HOOKRUNNER, Server, run_owner_pids, wait_until
 from test_worker_classes import WORKER_CLASSES
 
 # The leader prints a line, then starts a child that leaves its session (setsid) and forks the grandchild,
@@ -135,8 +135,11 @@ def test_an_escaped_grandchild_holding_the_output_is_ended_at_the_timeout_and_at
     print(f"{worker_class}: answered {', '.join(f'{o:+.3f}' for o in overshoots)} s after the 2 s timeout")
     assert all(0 <= overshoot <= 1.0 for overshoot in overshoots), overshoots
     assert server.log.count("command timed out after 2s; terminating its process group") == 2
-    # The orphans the worker adopted are reaped: no zombie is left under it.
-    assert wait_until(lambda: zombie_children(worker) == [], timeout=3), zombie_children(worker)
+    # The orphans the run owner adopted (it starts every command) are reaped: no zombie is left under it,
+    # nor under the worker.
+    (owner,) = run_owner_pids(server.process.pid)
+    assert wait_until(lambda: zombie_children(owner) == [], timeout=3), zombie_children(owner)
+    assert zombie_children(worker) == []
 
     # A SIGTERM with one run in the background and one whose output a request waits for, both with an
     # escaped grandchild: the server is gone within -shutdown-timeout + 2 s, and so is every process.
@@ -264,11 +267,13 @@ def check_one_copy_through(
     try:
         assert wait_until(lambda: sampler.leaders == first, timeout=10)  # sampling before the crash
         worker = server.worker_pid()
-        if crash == "worker":
-            os.kill(worker, signal.SIGKILL)
+        (owner,) = run_owner_pids(server.process.pid)  # it holds the runs (issue 32 step 6)
+        if crash == "owner":
+            os.kill(owner, signal.SIGKILL)  # the master forks the next owner, which replays
             again = server
-        else:  # the whole tree: master and worker; the run's processes, in their own session, live on
+        else:  # the whole tree: master, owner and worker; the run's processes, in their own session, live on
             os.kill(server.process.pid, signal.SIGKILL)
+            os.kill(owner, signal.SIGKILL)
             os.kill(worker, signal.SIGKILL)
             server.process.wait(timeout=10)
             assert marked(marker), "the run's processes should outlive the tree"
@@ -294,10 +299,10 @@ def check_one_copy_through(
     assert again.stop() == 0
 
 
-def test_a_replay_after_kill_9_of_the_worker_never_runs_beside_the_previous_attempt(
+def test_a_replay_after_kill_9_of_the_run_owner_never_runs_beside_the_previous_attempt(
     tmp_path: Path, servers: list[Server]
 ) -> None:
-    check_one_copy_through(tmp_path, servers, "worker")
+    check_one_copy_through(tmp_path, servers, "owner")
 
 
 def test_a_replay_after_kill_9_of_the_whole_tree_never_runs_beside_the_previous_attempt(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from test_limits import MSG_COMMAND_ERROR, python_command, start
-from test_serving import Server, tls_files, wait_until
+from test_serving import Server, tls_files, wait_until, worker_pids
 
 WORKER_CLASSES = ("gevent", "gthread")
 
@@ -120,7 +120,7 @@ def test_two_workers_serve_and_stop(tmp_path: Path, servers: list[Server], worke
     server = start(tmp_path, servers, [{"id": "t", "execute-command": "/bin/true", "response-message": "ok"}],
                    "-worker-class", worker_class, "-workers", "2")
     pid = server.process.pid
-    assert wait_until(lambda: len(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()) == 2)
+    assert wait_until(lambda: len(worker_pids(pid)) == 2)
     results: list[tuple[int, bytes]] = []
 
     def client() -> None:

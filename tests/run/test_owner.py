@@ -338,3 +338,23 @@ def test_a_run_that_does_not_ask_for_its_start_gets_only_its_answer_and_exit(
     raw.setblocking(False)
     with pytest.raises(BlockingIOError):
         raw.recv(wire.MAX_PACKET)
+
+
+def test_a_worker_asks_the_owner_for_its_run_metrics_and_readiness(three: Host, tmp_path: Path) -> None:
+    # Without an exposition (no -metrics) the answer is empty; with one, it is the owner's text, whole even
+    # past a packet (it comes in parts).
+    assert three.clients[0].run_metrics() == b""
+    text = b"# TYPE hookrunner_commands_running gauge\n" * 8000 + b"# EOF\n"
+    assert len(text) > wire.MAX_PACKET
+    three.owner.exposition = lambda: text
+    assert [client.run_metrics() for client in three.clients] == [text] * 3
+    assert three.clients[1].accepts_runs()
+    journal = Journal(str(tmp_path), "boot")
+    three.owner.runner.journal = journal
+    try:
+        assert three.clients[1].accepts_runs()
+        journal.writable = lambda: False  # type: ignore[method-assign]  # as with a full disk
+        assert not three.clients[1].accepts_runs()
+    finally:
+        three.owner.runner.journal = None
+        journal.close()

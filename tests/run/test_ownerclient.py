@@ -5,6 +5,7 @@ runs waiting on it at once, never hangs them."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Iterator
@@ -320,3 +321,22 @@ def test_a_listener_that_fails_costs_only_its_own_chunks(
     owner.answer("busy", run["id"], retry_after=1)
     with pytest.raises(Busy):
         after.result(timeout=5)
+
+
+def test_a_new_owner_is_greeted_again(pair: tuple[OwnerClient, ScriptedOwner]) -> None:
+    """Each owner learns of a worker from its hello: a restarted one (a new epoch) is sent it again."""
+    client, owner = pair
+    owner.hello(epoch=2)
+    while True:
+        message, _ = wire.receive(owner.end)
+        if message.kind == "hello":
+            break
+    assert message["version"] == wire.VERSION and message["pid"] == os.getpid()
+
+
+def test_a_question_unanswered_is_no_answer(pair: tuple[OwnerClient, ScriptedOwner]) -> None:
+    client, _owner = pair
+    assert wait_until(lambda: client.owner_pid == 4242)  # the owner said hello: questions are asked
+    client.answer_wait = 0.2
+    assert client.run_metrics() is None
+    assert not client.accepts_runs()

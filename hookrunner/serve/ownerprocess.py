@@ -1,0 +1,128 @@
+"""The run owner's process at work (issue 32 step 6, docs/run-state.md): the host's one CommandRunner,
+served to every worker's connection by run/owner.py's `Owner` on a gevent loop; the run journal opened,
+and its left-overs replayed, here alone; the run history fed to the admin listener from here; the run
+metrics counted here; and the master's control channel read on the same loop. serve/runowner.py forks
+this process and calls `serve_runs` once the process is set up.
+
+The loop patches nothing, as the gevent worker's does not (serve/greenworker.py): every wait of the runs
+and connections goes through `GreenWaits`, and blocking work (a process's start) runs on the loop's pool
+of native threads. A backend that waits on the network (PostgreSQL, issue 33) will need gevent's patching
+before its driver is imported (docs/run-state.md, "gevent"); the embedded backend needs none."""
+
+from __future__ import annotations
+
+import signal
+import socket
+from typing import TYPE_CHECKING
+
+import gevent
+import gevent.event
+
+from hookrunner.ops import metrics
+from hookrunner.ops.log import log
+from hookrunner.run.executor import CommandRunner
+from hookrunner.run.history import Recorder
+from hookrunner.run.owner import Owner
+from hookrunner.run.spawn import Waits
+from hookrunner.run.wire import EVENT, PeerGone, WireError, receive
+from hookrunner.serve.context import ctx
+from hookrunner.serve.greenruns import GreenWaits
+from hookrunner.state.journal import open_journal
+
+if TYPE_CHECKING:
+    # Loaded only with -admin-addr (multiprocessing's connections: docs/performance.md, memory at rest).
+    from hookrunner.run.historyfeed import FeedClient
+
+#: Exit status of an owner that cannot open the run journal: the master forks another (once a second).
+JOURNAL_FAILED = 3
+
+
+def serve_runs(control: socket.socket, epoch: int) -> int:
+    """Serve the workers' connections the master passes over `control` until SIGTERM (or the master's
+    end), then end what still runs, as a worker did at the end of its stop's grace; returns the exit
+    status."""
+    gevent.reinit()  # the master may have made a loop before it forked (it builds the app with -workers)
+    config = ctx.config
+    runner = CommandRunner(config.command_timeout, config.max_concurrent_commands, adopt_orphans=True)
+    waits = GreenWaits()
+    runner.use(waits)
+    owner = Owner(runner, waits.launch, epoch)
+    if config.metrics:
+        owner.exposition = metrics.enable(ctx.registry, runner).runs_exposition
+    feed = _start_history(runner) if ctx.history_feed else None
+    if config.state_dir and not _start_journal(runner, epoch):
+        return JOURNAL_FAILED
+    stop = gevent.event.Event()
+    gevent.signal_handler(signal.SIGTERM, stop.set)
+    control.setblocking(False)
+    gevent.spawn(_read_control, control, owner, waits, stop)
+    stop.wait()
+    # The workers are gone by now (the master stops the owner after them): each waited its grace for its
+    # runs. What still runs is ended; with a journal its rows stay, to be replayed at the next start.
+    runner.shutdown(0)
+    owner.close()
+    if runner.journal is not None:
+        runner.journal.close()
+    if feed is not None:
+        feed.flush(1.0)
+    return 0
+
+
+def _read_control(control: socket.socket, owner: Owner, waits: Waits, stop: gevent.event.Event) -> None:
+    """The master's `worker` and `worker_gone` messages, until the master is gone (killed: nobody would stop
+    this process)."""
+    while True:
+        try:
+            message, fds = receive(control, max_fds=1)
+        except BlockingIOError:
+            waits.readable(control.fileno(), 1.0)
+            continue
+        except WireError:
+            continue
+        except (PeerGone, OSError):
+            stop.set()
+            return
+        if message.kind == "worker" and fds and isinstance(message.get("pid"), int):
+            owner.attach(socket.socket(fileno=fds[0]), message["pid"])
+            continue
+        for fd in fds:
+            socket.close(fd)
+        if message.kind == "worker_gone" and isinstance(message.get("pid"), int):
+            owner.detach(message["pid"])
+
+
+def _start_journal(runner: CommandRunner, epoch: int) -> bool:
+    """Open the run journal here (SQLite connections do not survive a fork), then replay the runs that
+    dead processes left unfinished: an earlier start's, or an earlier owner's of this start. False: it
+    could not be opened."""
+    config = ctx.config
+    journal = open_journal(config.state_dir, ctx.boot_id, config.state_keep)
+    if journal is None:
+        log.output("run owner: the run journal cannot be opened; stopping", level="error", event=EVENT)
+        return False
+    runner.journal = journal
+    journal.prune()
+    if epoch > 1:
+        # The master's hooks are those of the tree's start; an earlier owner's runs replay under the hooks
+        # as they are now, as a worker's replacement does.
+        ctx.registry.reload_all()
+
+    def claim() -> None:
+        left_overs = journal.claim_left_overs()
+        if left_overs is None:  # a full disk: claimed by the next run the journal records, before it
+            journal.claim_later = claim
+        elif left_overs:
+            log.output(f"run journal: {len(left_overs)} unfinished run(s) left by a stopped hookrunner")
+            runner.replay(left_overs, ctx.registry.match)
+
+    claim()
+    return True
+
+
+def _start_history(runner: CommandRunner) -> FeedClient:
+    """Send every run's records to the admin listener (-admin-addr): one feed for the host."""
+    from hookrunner.run.historyfeed import FeedClient
+
+    feed = FeedClient(ctx.history_feed, ctx.history_key)
+    runner.history = Recorder(feed.send, ctx.config.history_output)
+    return feed
