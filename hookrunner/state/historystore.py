@@ -234,9 +234,10 @@ class HistoryStore:
             )
 
     def worker_gone(self, pid: int) -> int:
-        """Worker `pid` ended (killed, or stopped) with runs it had not ended: they are cancelled (and, with
-        a journal, replayed by the worker that replaces it). Returns how many."""
-        detail = f"its worker process ({pid}) ended before it did"
+        """The process `pid` that fed these runs (the run owner) ended (killed, or stopped) with runs it had
+        not ended: they are cancelled (and, with a journal, replayed by the owner that replaces it). Returns
+        how many."""
+        detail = f"the process that ran it ({pid}, the run owner) ended before it did"
         with self._lock:
             cursor = self._db.execute(
                 "UPDATE history SET outcome = ?, detail = ? WHERE boot = ? AND pid = ? AND outcome IN (?, ?)",

@@ -305,7 +305,7 @@ def test_a_killed_workers_runs(tmp_path: Path, servers: list[Server], journal: b
     os.kill(worker, signal.SIGKILL)
     if not journal:
         settle(admin, {"held-1": ("immediate", "cancelled")})
-        assert admin.json("/api/v1/runs/held-1")["detail"] == f"its worker process ({worker}) ended before it did"
+        assert admin.json("/api/v1/runs/held-1")["detail"] == f"the process that ran it ({worker}, the run owner) ended before it did"
     else:
         gate.touch()
         settle(admin, {"held-1": ("replayed", "ok")})

@@ -130,7 +130,7 @@ def test_a_workers_open_runs_end_with_it() -> None:
     store.apply({"event": "run", "key": "c", "id": "c", "hook": "h", "outcome": "running", "pid": 11})
     assert store.worker_gone(10) == 1
     assert {r["id"]: r["outcome"] for r in store.runs()} == {"a": "cancelled", "b": "ok", "c": "running"}
-    assert store.run("a")["detail"] == "its worker process (10) ended before it did"  # type: ignore[index]
+    assert store.run("a")["detail"] == "the process that ran it (10, the run owner) ended before it did"  # type: ignore[index]
 
 
 def output(store: HistoryStore, key: str, offset: int, data: bytes, size: int | None = None) -> None:
