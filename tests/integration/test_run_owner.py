@@ -396,3 +396,62 @@ def test_every_worker_shows_the_hosts_run_metrics(tmp_path: Path, servers: list[
     scrapes = [run_samples(server) for _ in range(12)]  # new connections: the kernel spreads them
     assert all(scrape == expected for scrape in scrapes), scrapes
     assert server.stop() == 0
+
+
+def requests_totals(server: Server) -> dict[tuple[str, str], float]:
+    """hookrunner_requests_total of one scrape of /metrics, by (hook, outcome)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, _, body = server.request("GET", "/metrics")
+    assert status == 200
+    return {
+        (sample.labels["hook"], sample.labels["outcome"]): sample.value
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+        if sample.name == "hookrunner_requests_total"
+    }
+
+
+def test_every_scrape_through_any_worker_counts_every_request_sent(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    # Issue 32 deliverable 4: with three workers, /metrics totals equal the requests sent. Each round sends
+    # requests of three outcomes over connections of their own (the kernel spreads them over the workers),
+    # then scrapes at once through one worker alone (the other two stopped for it): every count was sent
+    # to the run owner before its request was answered, and the owner reads every worker's connection out
+    # before it answers a scrape, so the totals are exact, not eventual.
+    ruled = {
+        "id": "ruled",
+        "execute-command": "/bin/true",
+        "trigger-rule": {
+            "match": {"type": "value", "value": "yes", "parameter": {"source": "url", "name": "go"}}
+        },
+    }
+    server = start(tmp_path, servers, [HOOK, ruled], "-workers", "3", "-metrics")
+    workers = settled_workers(server, 3)
+    sends = [
+        ("/hooks/echo?word=x", 200, ("echo", "served")),
+        ("/hooks/ruled?go=yes", 200, ("ruled", "served")),
+        ("/hooks/ruled?go=no", 200, ("ruled", "rules_not_satisfied")),
+        ("/hooks/nope", 404, ("", "not_found")),
+    ]
+    sent: dict[tuple[str, str], float] = {}
+    with ThreadPoolExecutor(4) as pool:
+        for rnd, scraper in enumerate(workers * 2):
+            batch = [sends[n % len(sends)] for n in range(rnd, rnd + 24 + rnd)]
+            statuses = list(pool.map(lambda s: server.request("POST", s[0])[0], batch))
+            assert statuses == [status for _, status, _ in batch]
+            for _, _, key in batch:
+                sent[key] = sent.get(key, 0) + 1
+            others = [w for w in workers if w != scraper]
+            for other in others:
+                os.kill(other, signal.SIGSTOP)
+            try:
+                scraped = requests_totals(server)
+            finally:
+                for other in others:
+                    os.kill(other, signal.SIGCONT)
+            assert scraped == sent, (rnd, scraper)
+    assert sum(sent.values()) == sum(24 + rnd for rnd in range(6))
+    assert "were read out" not in server.log  # no scrape gave up waiting for a worker's counts
+    assert server.stop() == 0
