@@ -29,6 +29,9 @@ OUTCOMES = (
     UNJOURNALED, ERROR,
 )
 
+#: The longest hook id a worker's `count` may carry (a label value, counted by the run owner).
+MAX_HOOK_LABEL = 4096
+
 #: Run journal events (the `event` label of hookrunner_journal_runs_total).
 JOURNAL_EVENTS = ("journaled", "replayed", "pruned", "failed", "unwritable")
 
@@ -70,9 +73,22 @@ def exit_status_label(error: str | None) -> str:
     return "error"
 
 
-#: The run metrics' exposition from where the runs are (the run owner), in OpenMetrics text; None when it
-#: cannot be had now (the run families are then left out of the scrape).
-RunsSource = Callable[[], bytes | None]
+#: The host's families' exposition from where they are kept (the run owner), in OpenMetrics text; None when
+#: it cannot be had now (those families are then left out of the scrape).
+HostSource = Callable[[], bytes | None]
+
+
+class Host(Protocol):
+    """Where the host's families are kept when it is another process: the run owner, which a worker asks
+    through its run/ownerclient.py `OwnerClient` (docs/run-state.md, issue 32 steps 6 and 8)."""
+
+    def run_metrics(self) -> bytes | None:
+        """The host's families in OpenMetrics text; None when they cannot be had now."""
+        ...
+
+    def count(self, hook: str, outcome: str) -> None:
+        """Count one request there; sent before the request is answered."""
+        ...
 
 
 class _Families:
@@ -88,44 +104,45 @@ class _Families:
 class Metrics:
     """The metric objects, in a registry of their own (the process-wide default one stays untouched).
 
-    The run metrics (commands finished, their durations, running, queued, journal events) are kept in
-    `runs`, a registry of their own, counted where the commands run. Where they run in another process
-    (a worker, whose runs the run owner starts: docs/run-state.md), `runs_elsewhere` gives that process's
-    exposition of them at each scrape, and `registry` shows those in place of this process's own."""
+    The host's families (requests, commands finished, their durations, running, queued, journal events)
+    are kept in `host`, a registry of their own, counted where the runs are. Where that is another process
+    (a worker, whose runs the run owner starts: docs/run-state.md), `elsewhere` is that process: a request
+    is counted there, and `registry` shows its exposition in place of this process's own. Hooks loaded and
+    reloads stay this process's own (each worker reloads its hooks itself until step 9)."""
 
-    def __init__(
-        self, hooks: HooksSource, runner: RunnerSource, runs_elsewhere: RunsSource | None = None
-    ) -> None:
+    def __init__(self, hooks: HooksSource, runner: RunnerSource, elsewhere: Host | None = None) -> None:
         # Imported here: without -metrics, start-up does not pay for prometheus_client.
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry: CollectorRegistry = CollectorRegistry()
-        self.runs: CollectorRegistry = CollectorRegistry()
+        self.host: CollectorRegistry = CollectorRegistry()
+        #: Where a request is counted when that is another process (None: here).
+        self.count_elsewhere = None if elsewhere is None else elsewhere.count
         self.requests: Counter = Counter(
             "hookrunner_requests",
             "Requests for hooks, by hook id (empty for unknown ids) and outcome.",
             ["hook", "outcome"],
-            registry=self.registry,
+            registry=self.host,
         )
         self.command_runs: Counter = Counter(
             "hookrunner_command_runs",
             "Finished hook commands, by hook id and exit status (0-255, signal, timeout, not_found, error).",
             ["hook", "status"],
-            registry=self.runs,
+            registry=self.host,
         )
         self.command_duration: Histogram = Histogram(
             "hookrunner_command_duration_seconds",
             "How long hook commands ran, by hook id.",
             ["hook"],
             buckets=DURATION_BUCKETS,
-            registry=self.runs,
+            registry=self.host,
         )
-        running = Gauge("hookrunner_commands_running", "Hook commands running now.", registry=self.runs)
+        running = Gauge("hookrunner_commands_running", "Hook commands running now.", registry=self.host)
         running.set_function(lambda: runner.running)
         queued = Gauge(
             "hookrunner_commands_queued",
             "Hook runs admitted but waiting for a free slot (per-hook max-concurrency).",
-            registry=self.runs,
+            registry=self.host,
         )
         queued.set_function(lambda: runner.queued)
         loaded = Gauge("hookrunner_hooks_loaded", "Hooks being served now.", registry=self.registry)
@@ -144,18 +161,18 @@ class Metrics:
             "Run journal (-state-dir) events: runs journaled, replayed after a restart, pruned once "
             "finished, and failures to journal (the journal then turns off).",
             ["event"],
-            registry=self.runs,
+            registry=self.host,
         )
         for event in JOURNAL_EVENTS:
             self.journal.labels(event=event)
-        local_runs = self.runs.collect
-        self.registry.register(_Families(local_runs if runs_elsewhere is None else _parsed(runs_elsewhere)))
+        local = self.host.collect
+        self.registry.register(_Families(local if elsewhere is None else _parsed(elsewhere.run_metrics)))
 
-    def runs_exposition(self) -> bytes:
-        """The run metrics alone in OpenMetrics text: what a worker's scrape asks the run owner for."""
+    def host_exposition(self) -> bytes:
+        """The host's families alone in OpenMetrics text: what a worker's scrape asks the run owner for."""
         from prometheus_client.openmetrics.exposition import generate_latest
 
-        return bytes(generate_latest(self.runs))
+        return bytes(generate_latest(self.host))
 
     def exposition(self, accept: str) -> tuple[bytes, str]:
         """The registry in the format the scraper asked for (Prometheus text, or OpenMetrics)."""
@@ -165,7 +182,7 @@ class Metrics:
         return encoder(self.registry), content_type
 
 
-def _parsed(source: RunsSource) -> Callable[[], Iterator[Metric]]:
+def _parsed(source: HostSource) -> Callable[[], Iterator[Metric]]:
     """The families of the OpenMetrics text `source` gives, read again at each scrape."""
 
     def families() -> Iterator[Metric]:
@@ -182,9 +199,9 @@ def _parsed(source: RunsSource) -> Callable[[], Iterator[Metric]]:
 _active: Metrics | None = None
 
 
-def enable(hooks: HooksSource, runner: RunnerSource, runs_elsewhere: RunsSource | None = None) -> Metrics:
+def enable(hooks: HooksSource, runner: RunnerSource, elsewhere: Host | None = None) -> Metrics:
     global _active
-    _active = Metrics(hooks, runner, runs_elsewhere)
+    _active = Metrics(hooks, runner, elsewhere)
     return _active
 
 
@@ -198,9 +215,24 @@ def active() -> Metrics | None:
 
 
 def record_request(hook: str, outcome: str) -> None:
-    """Count one request for a hook; `hook` must be an id from the registry, or "" for an unknown one."""
-    if _active is not None:
+    """Count one request for a hook; `hook` must be an id from the registry, or "" for an unknown one. In a
+    worker it is counted by the run owner: sent there before the request is answered, so a scrape that
+    follows the answer, through any worker, counts it."""
+    if _active is None:
+        return
+    if _active.count_elsewhere is not None:
+        _active.count_elsewhere(hook, outcome)
+    else:
         _active.requests.labels(hook=hook, outcome=outcome).inc()
+
+
+def count_request(hook: object, outcome: object) -> bool:
+    """Count a request a worker told of (the run owner's `count` message); False, counting nothing, for a
+    hook that is not a string or an outcome not of OUTCOMES (no message can grow the series)."""
+    if not isinstance(hook, str) or outcome not in OUTCOMES or len(hook) > MAX_HOOK_LABEL:
+        return False
+    record_request(hook, str(outcome))
+    return True
 
 
 def record_run(hook: str, status: str, seconds: float | None) -> None:

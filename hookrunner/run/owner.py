@@ -19,10 +19,13 @@ What a worker's connection carries (the worker's side is run/ownerclient.py):
   last `exit` {id, error} + the output's last piece. `started`, `out` and `exit` may come before
   `admitted`: a run can start, and even end, before its admission's answer is sent. Every run gets its
   `exit`, whatever it asked for.
-- worker -> owner `metrics` {id}: the run metrics (ops/metrics.py, with -metrics). Answered with
-  `metrics_part` {id} + bytes, as many as the text needs, then `metrics` {id} + its last piece: the run
-  metrics in OpenMetrics text, empty without -metrics. `ready` {id}: answered `ready` {id, ok}: whether
-  runs can be accepted now (the journal, with -state-dir, can be written), for readiness (/healthz?ready).
+- worker -> owner `count` {hook, outcome}: one request counted (ops/metrics.py, with -metrics), sent
+  before the worker answers it; no answer. `metrics` {id}: the host's families (the run metrics and the
+  requests). Answered, once every connection has been read until it would block (so every count sent
+  before the scrape is in it: issue 32 step 8), with `metrics_part` {id} + bytes, as many as the text
+  needs, then `metrics` {id} + its last piece: the families in OpenMetrics text, empty without -metrics.
+  `ready` {id}: answered `ready` {id, ok}: whether runs can be accepted now (the journal, with -state-dir,
+  can be written), for readiness (/healthz?ready).
 
 The owner never waits on a worker: sends are non-blocking, and what a worker's socket cannot take now
 waits in that connection's outbox, bounded (OUTBOX_BOUND); past it the connection is cut off, as if the
@@ -33,6 +36,7 @@ only what would have been sent to it is dropped.
 from __future__ import annotations
 
 import os
+import select
 import socket
 import threading
 import time
@@ -60,6 +64,9 @@ OUTBOX_BOUND = 8 * 1024 * 1024
 
 #: How long a worker's connection may take nothing while answers wait for it before it is cut off.
 OUTBOX_STALL = 30.0
+
+#: How long a scrape waits for every connection to be read until it would block before it answers anyway.
+SCRAPE_WAIT = 2.0
 
 #: What the parts of one connection's unfinished run messages may hold before they are dropped.
 PARTS_BOUND = 64 * 1024 * 1024
@@ -95,6 +102,22 @@ class _Connection:
         #: The body read so far of each run message whose parts are coming, by the worker's number.
         self.parts: dict[int, list[bytes]] = {}
         self.parts_held = 0
+        #: Whether the reader is reading or handling a message (False: it found nothing, and waits).
+        self.reading = True
+
+    def read_out(self) -> bool:
+        """Whether everything sent on this connection so far has been read and handled: the reader waits
+        with nothing to read, or the connection is closed."""
+        if self.closed:
+            return True
+        if self.reading:
+            return False
+        try:
+            poll = select.poll()
+            poll.register(self.sock, select.POLLIN)
+            return not poll.poll(0)
+        except (OSError, ValueError):  # closed under us
+            return True
 
     def send(self, message: Message) -> None:
         """Send now if the socket takes it, else keep it in the outbox; a message to a connection that is
@@ -243,8 +266,11 @@ class Owner:
         # Runs told `admitted` or about to be, not yet started, by request id: `started` goes to them.
         self._starting: dict[str, list[_Asked]] = {}
         runner.on_started = self._started
-        #: The run metrics in OpenMetrics text, for a worker's `metrics` (ops/metrics.py); None: no metrics.
+        #: The host's families in OpenMetrics text, for a worker's `metrics` (ops/metrics.py); None: none.
         self.exposition: Callable[[], bytes] | None = None
+        #: Counts a worker's `count` (ops/metrics.py's count_request); None: no metrics, counts dropped.
+        self.count: Callable[[object, object], bool] | None = None
+        self.scrape_wait = SCRAPE_WAIT
 
     @property
     def workers(self) -> list[int]:
@@ -289,9 +315,11 @@ class Owner:
         pid = connection.worker_pid
         try:
             while not connection.closed:
+                connection.reading = True
                 try:
                     message, _fds = wire.receive(connection.sock)
                 except BlockingIOError:
+                    connection.reading = False
                     connection.waits.readable(connection.sock.fileno(), 1.0)
                     continue
                 except WireError as exc:
@@ -344,6 +372,9 @@ class Owner:
                 return
             said = f"worker {pid} connected to the run owner (epoch {self.epoch}, protocol {version})"
             log.output(said, event=EVENT)
+        elif message.kind == "count":
+            if self.count is not None and not self.count(message.get("hook"), message.get("outcome")):
+                log.output(f"run owner: a count from worker {pid} refused: {message.fields!r:.200}")
         elif message.kind in ("metrics", "ready"):
             number = message.get("id")
             if not isinstance(number, int) or isinstance(number, bool):
@@ -351,10 +382,27 @@ class Owner:
             if message.kind == "ready":
                 connection.send(Message("ready", {"id": number, "ok": accepts_runs(self.runner.journal)}))
                 return
-            text = self.exposition() if self.exposition is not None else b""
-            connection.send_all(_framed("metrics_part", "metrics", number, text, None))
+            # Apart from this reader, which another connection's scrape may be waiting for meanwhile.
+            self._spawn(lambda: self._scrape(connection, number))
         else:
             log.output(f"run owner: a {message.kind!r} message from worker {pid} ignored")
+
+    def _scrape(self, connection: _Connection, number: int) -> None:
+        """Answer a `metrics` once every connection has been read until it would block: each count a worker
+        sent before this scrape was asked (before it answered that request) is then counted."""
+        deadline = time.monotonic() + self.scrape_wait
+        with self._lock:
+            pending = list(self._connections.values())
+        while True:
+            pending = [other for other in pending if not other.read_out()]
+            if not pending or time.monotonic() >= deadline:
+                break
+            connection.waits.sleep(0.001)
+        if pending:
+            waited = ", ".join(str(other.worker_pid) for other in pending)
+            log.output(f"run owner: a scrape answered before worker(s) {waited} were read out", level="warn")
+        text = self.exposition() if self.exposition is not None else b""
+        connection.send_all(_framed("metrics_part", "metrics", number, text, None))
 
     def _admit(self, connection: _Connection, order: RunOrder) -> None:
         """Admit one run and answer how; its start, output and exit are told as they come."""

@@ -213,12 +213,23 @@ class OwnerClient:
         return self.wait_for(self._submit(hook, req, False, None, True))
 
     def run_metrics(self) -> bytes | None:
-        """The run metrics in OpenMetrics text, asked of the owner (ops/metrics.py's `runs_elsewhere`); None
-        when the owner does not answer."""
+        """The host's families (the run metrics and the requests) in OpenMetrics text, asked of the owner
+        (ops/metrics.py's `elsewhere`); None when the owner does not answer."""
         answer = self._ask("metrics")
         if answer is None:
             log.output("run owner client: no run metrics from the run owner", level="warn")
         return None if answer is None else answer.output
+
+    def count(self, hook: str, outcome: str) -> None:
+        """Count one request in the owner (ops/metrics.py's `elsewhere`): sent, not answered, before the
+        request is answered, so that a scrape through any worker after the answer counts it. Dropped while
+        there is no owner (the next one starts its counters from zero, as a restarted process does)."""
+        if not self._hello:
+            return
+        try:
+            self._send([wire.Message("count", {"hook": hook, "outcome": outcome})])
+        except (OSError, wire.PeerGone, wire.WireError) as exc:
+            log.output(f"run owner client: a request not counted: {exc}", level="warn")
 
     def accepts_runs(self) -> bool:
         """Readiness: whether the owner would accept runs now (its journal, with -state-dir, can be written);

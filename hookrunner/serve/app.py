@@ -107,8 +107,8 @@ class HookApp:
         rps, burst = config.rate_limit_rps, config.rate_limit_burst
         self.rate_limits = TokenBuckets(rps, burst) if config.rate_limit_enabled else None
         # -metrics: the metric objects live as long as the app (created in the master, used in the worker).
-        runs_elsewhere = runner.run_metrics if isinstance(runner, OwnerClient) else None
-        self.metrics = metrics.enable(registry, runner, runs_elsewhere) if config.metrics else None
+        host = runner if isinstance(runner, OwnerClient) else None  # the run owner counts the host's
+        self.metrics = metrics.enable(registry, runner, host) if config.metrics else None
         if self.metrics is None:
             metrics.disable()
 

@@ -1,8 +1,8 @@
 """The run owner's process at work (issue 32 step 6, docs/run-state.md): the host's one CommandRunner,
 served to every worker's connection by run/owner.py's `Owner` on a gevent loop; the run journal opened,
 and its left-overs replayed, here alone; the run history fed to the admin listener from here; the run
-metrics counted here; and the master's control channel read on the same loop. serve/runowner.py forks
-this process and calls `serve_runs` once the process is set up.
+metrics and every worker's requests counted here (step 8); and the master's control channel read on the
+same loop. serve/runowner.py forks this process and calls `serve_runs` once the process is set up.
 
 The loop patches nothing, as the gevent worker's does not (serve/greenworker.py): every wait of the runs
 and connections goes through `GreenWaits`, and blocking work (a process's start) runs on the loop's pool
@@ -48,7 +48,8 @@ def serve_runs(control: socket.socket, epoch: int) -> int:
     runner.use(waits)
     owner = Owner(runner, waits.launch, epoch)
     if config.metrics:
-        owner.exposition = metrics.enable(ctx.registry, runner).runs_exposition
+        owner.exposition = metrics.enable(ctx.registry, runner).host_exposition
+        owner.count = metrics.count_request
     feed = _start_history(runner) if ctx.history_feed else None
     if config.state_dir and not _start_journal(runner, epoch):
         return JOURNAL_FAILED

@@ -396,3 +396,97 @@ def test_every_worker_shows_the_hosts_run_metrics(tmp_path: Path, servers: list[
     scrapes = [run_samples(server) for _ in range(12)]  # new connections: the kernel spreads them
     assert all(scrape == expected for scrape in scrapes), scrapes
     assert server.stop() == 0
+
+
+#: A hook whose rule is satisfied by `?go=yes` alone.
+RULED = {
+    "id": "ruled",
+    "execute-command": "/bin/true",
+    "trigger-rule": {
+        "match": {"type": "value", "value": "yes", "parameter": {"source": "url", "name": "go"}}
+    },
+}
+
+
+def requests_totals(server: Server) -> dict[tuple[str, str], float]:
+    """hookrunner_requests_total of one scrape of /metrics, by (hook, outcome)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, _, body = server.request("GET", "/metrics")
+    assert status == 200
+    return {
+        (sample.labels["hook"], sample.labels["outcome"]): sample.value
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+        if sample.name == "hookrunner_requests_total"
+    }
+
+
+def test_every_scrape_through_any_worker_counts_every_request_sent(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    # Issue 32 deliverable 4: with three workers, /metrics totals equal the requests sent. Each round sends
+    # requests of three outcomes over connections of their own (the kernel spreads them over the workers),
+    # then scrapes at once through one worker alone (the other two stopped for it): every count was sent
+    # to the run owner before its request was answered, and the owner reads every worker's connection out
+    # before it answers a scrape, so the totals are exact, not eventual.
+    server = start(tmp_path, servers, [HOOK, RULED], "-workers", "3", "-metrics")
+    workers = settled_workers(server, 3)
+    sends = [
+        ("/hooks/echo?word=x", 200, ("echo", "served")),
+        ("/hooks/ruled?go=yes", 200, ("ruled", "served")),
+        ("/hooks/ruled?go=no", 200, ("ruled", "rules_not_satisfied")),
+        ("/hooks/nope", 404, ("", "not_found")),
+    ]
+    sent: dict[tuple[str, str], float] = {}
+    with ThreadPoolExecutor(4) as pool:
+        for rnd, scraper in enumerate(workers * 2):
+            batch = [sends[n % len(sends)] for n in range(rnd, rnd + 24 + rnd)]
+            statuses = list(pool.map(lambda s: server.request("POST", s[0])[0], batch))
+            assert statuses == [status for _, status, _ in batch]
+            for _, _, key in batch:
+                sent[key] = sent.get(key, 0) + 1
+            others = [w for w in workers if w != scraper]
+            for other in others:
+                os.kill(other, signal.SIGSTOP)
+            try:
+                scraped = requests_totals(server)
+            finally:
+                for other in others:
+                    os.kill(other, signal.SIGCONT)
+            assert scraped == sent, (rnd, scraper)
+    assert sum(sent.values()) == sum(24 + rnd for rnd in range(6))
+    assert "were read out" not in server.log  # no scrape gave up waiting for a worker's counts
+    assert server.stop() == 0
+
+
+def test_a_scrape_asked_while_the_owner_was_stopped_counts_what_every_worker_sent_before_it(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    # The run owner stopped (SIGSTOP) while requests that run nothing are answered: their counts wait
+    # unread in every worker's connection. A scrape asked then, through one worker alone, is read by the
+    # owner once it is resumed, together with all those counts: it is answered only once every connection
+    # is read out, so it counts every one (answered in the order the owner happens to read, it would not).
+    server = start(tmp_path, servers, [RULED], "-workers", "3", "-metrics")
+    workers = settled_workers(server, 3)
+    (owner,) = run_owner_pids(server.process.pid)
+    sent: dict[tuple[str, str], float] = {}
+    with ThreadPoolExecutor(4) as pool:
+        for scraper in workers:
+            os.kill(owner, signal.SIGSTOP)
+            try:
+                batch = [("/hooks/ruled?go=no", 200), ("/hooks/nope", 404)] * 15
+                statuses = list(pool.map(lambda s: server.request("POST", s[0])[0], batch))
+                assert statuses == [status for _, status in batch]
+                sent[("ruled", "rules_not_satisfied")] = sent.get(("ruled", "rules_not_satisfied"), 0) + 15
+                sent[("", "not_found")] = sent.get(("", "not_found"), 0) + 15
+                others = [w for w in workers if w != scraper]
+                for other in others:
+                    os.kill(other, signal.SIGSTOP)
+                scrape = pool.submit(requests_totals, server)
+                time.sleep(0.3)  # the scrape's question is in the owner's connection with the counts
+            finally:
+                for stopped in [*workers, owner]:  # the workers first: the scrape's worker is waiting
+                    os.kill(stopped, signal.SIGCONT)
+            assert scrape.result(timeout=15) == sent, scraper
+    assert server.stop() == 0

@@ -113,3 +113,48 @@ def test_observability_flags() -> None:
     assert caught.value.exit_code == 2
     assert "  -log-format string\n" in usage_text()
     assert "-metrics" not in usage_text(extensions=False)
+
+
+class Elsewhere:
+    """A run owner as a worker's metrics see it: the host's families come from it, requests go to it."""
+
+    def __init__(self, text: bytes) -> None:
+        self.text = text
+        self.counted: list[tuple[str, str]] = []
+
+    def run_metrics(self) -> bytes | None:
+        return self.text
+
+    def count(self, hook: str, outcome: str) -> None:
+        self.counted.append((hook, outcome))
+
+
+def test_a_worker_counts_its_requests_elsewhere_and_shows_the_hosts_totals() -> None:
+    # The owner's exposition of the host's families, as its `metrics` answer carries it.
+    owner = metrics.Metrics(Hooks(), Runner())
+    owner.requests.labels(hook="a", outcome=metrics.SERVED).inc(5)
+    host = Elsewhere(owner.host_exposition())
+    worker = metrics.enable(Hooks(), Runner(), host)
+    try:
+        metrics.record_request("a", metrics.SERVED)
+        metrics.record_request("", metrics.NOT_FOUND)
+        metrics.record_reload(True)
+        got = scrape(worker)
+    finally:
+        metrics.disable()
+    assert host.counted == [("a", metrics.SERVED), ("", metrics.NOT_FOUND)]
+    # The requests shown are the host's (the owner's 5), not this process's own (which counted nothing);
+    # hooks loaded and reloads are this process's.
+    requests = {k: v for k, v in got.items() if k[0] == "hookrunner_requests_total"}
+    assert requests == {("hookrunner_requests_total", (("hook", "a"), ("outcome", "served"))): 5}
+    assert got[("hookrunner_reloads_total", (("result", "success"),))] == 1
+    assert got[("hookrunner_hooks_loaded", ())] == 3
+
+
+def test_count_request_takes_only_outcomes_it_knows(enabled: metrics.Metrics) -> None:
+    assert metrics.count_request("a", metrics.BUSY)
+    assert not metrics.count_request("a", "nonsense")
+    assert not metrics.count_request(None, metrics.BUSY)
+    assert not metrics.count_request("x" * (metrics.MAX_HOOK_LABEL + 1), metrics.BUSY)
+    requests = {k: v for k, v in scrape(enabled).items() if k[0] == "hookrunner_requests_total"}
+    assert requests == {("hookrunner_requests_total", (("hook", "a"), ("outcome", "busy"))): 1}
