@@ -1,6 +1,7 @@
 """Issue 32's cross-worker guarantees (docs/run-state.md, landing plan step 10) in the installed `hookrunner`:
-with `-workers 3` the limits, the coalescing, a worker's death past its timeout and a crash of the whole
-tree are the host's, since every run lives in the one run owner. Each push's answering worker is found
+with `-workers 3` the global cap and the coalescing are the host's, and a worker killed past its timeout
+loses no run, since every run lives in the one run owner (the whole tree's kill -9 with -state-dir and
+-workers 3 is in test_run_journal.py). Each push's answering worker is found
 from the kernel (which worker process holds the accepted socket), so a test can show that several workers
 took part, or pick the one it stops. scripts/test runs these on both worker classes (HOOKRUNNER_TEST_FLAGS).
 """
