@@ -44,7 +44,7 @@ def write(what):
     with open(record, "a") as out:
         out.write(f"{what} {time.monotonic_ns()} {seq}\\n")
 write("start")
-deadline = time.monotonic() + 15
+deadline = time.monotonic() + float(os.environ.get("RECORDER_GATE_WAIT", "15"))
 while gate and not os.path.exists(gate) and time.monotonic() < deadline:
     time.sleep(0.01)
 write("end")

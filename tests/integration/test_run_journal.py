@@ -140,30 +140,37 @@ def test_kill_9_of_the_worker_loses_nothing_and_replays_nothing(tmp_path: Path, 
 
 
 def kill_tree(server: Server, record: Path) -> None:
-    """kill -9 of everything, as when a container or node dies: master, run owner, worker, and the commands."""
-    worker = server.worker_pid()
+    """kill -9 of everything, as when a container or node dies: master, run owner, workers, and the commands."""
+    workers = worker_pids(server.process.pid)
     owners = run_owner_pids(server.process.pid)
     commands = [int(line.split()[2]) for line in record.read_text().splitlines() if line.startswith("start ")]
-    for pid in (server.process.pid, *owners, worker, *commands):
+    for pid in (server.process.pid, *owners, *workers, *commands):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     server.process.wait(timeout=10)
-    assert wait_until(lambda: not Path(f"/proc/{worker}").exists(), timeout=10)
+    assert wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), timeout=10)
 
 
-def test_kill_9_of_the_whole_tree_replays_once_with_two_workers(tmp_path: Path, servers: list[Server]) -> None:
+@pytest.mark.parametrize(("before", "after"), [(1, 2), (3, 3)], ids=["1-then-2-workers", "3-workers"])
+def test_kill_9_of_the_whole_tree_replays_once_with_several_workers(
+    tmp_path: Path, servers: list[Server], before: int, after: int
+) -> None:
+    # With 3 workers the runs were taken by several of them, and every one of the tree's processes dies.
     record, gate, state = tmp_path / "record", tmp_path / "gate", tmp_path / "state"
     hooks = [recorder_hook(record, gate)]
-    server = start(tmp_path, servers, hooks, "-state-dir", str(state), "-max-concurrent-commands", "1")
+    flags = ("-state-dir", str(state), "-max-concurrent-commands", "1", "-workers", str(before))
+    server = start(tmp_path, servers, hooks, *flags)
+    assert wait_until(lambda: len(worker_pids(server.process.pid)) == before, timeout=20)
     accept_five(server, record)
+    assert states(state) == {"running": 1, "accepted": 4}
     kill_tree(server, record)
-    # Two workers start at once; each left-over run is claimed by one of them only. The per-process cap
-    # would let two run at once, so the hook's own limit keeps them in order.
+    # The next tree's one owner replays the left-overs, in their order; the hook's own limit keeps them so
+    # (a replayed run joins its queue past max-queue).
     gate.touch()
     hooks = [recorder_hook(record, gate, **{"max-concurrency": 1, "max-queue": 1})]
-    again = start(tmp_path, servers, hooks, "-state-dir", str(state), "-workers", "2")
+    again = start(tmp_path, servers, hooks, "-state-dir", str(state), "-workers", str(after))
     assert_each_ran_once_more(record, again)
     assert again.log.count("replaying run ") == 5
     assert wait_until(lambda: states(state) == {"finished": 5}, timeout=10), states(state)
