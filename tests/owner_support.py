@@ -6,10 +6,11 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from waiting import eventually
 
 from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.model import Hook, Limits
@@ -55,12 +56,7 @@ def limits(**fields: object) -> Limits:
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
+    return eventually(condition, timeout)
 
 
 @dataclass

@@ -17,12 +17,11 @@ from hookrunner.hooks.request import Request
 from hookrunner.ops.log import log
 from hookrunner.run import wire
 from hookrunner.run.executor import START_WAIT, STARTS_AHEAD, CommandResult
-from hookrunner.run.history import Recorder
 from hookrunner.run.prepare import coalesce_group, prepare
 from hookrunner.run.runorder import run_messages
 from hookrunner.run.spawn import Listener, StartSignal, Waits
 from hookrunner.state.backend import StateUnavailable
-from hookrunner.state.journal import Journal, JournalUnwritable, LeftOver
+from hookrunner.state.journal import JournalUnwritable
 from hookrunner.state.slots import Busy
 
 #: How long a run waits for the owner's answer (admitted, busy, ...) before its request fails as
@@ -94,9 +93,6 @@ class OwnerClient:
         self.start_wait = START_WAIT
         self.answer_wait = ANSWER_WAIT
         self.hello_wait = HELLO_WAIT
-        # What serving sets on a runner: the owner keeps the journal and the history, so these stay None.
-        self.journal: Journal | None = None
-        self.history: Recorder | None = None
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._sent: dict[int, _Sent] = {}
@@ -254,10 +250,6 @@ class OwnerClient:
         finally:
             self._forget(number)
         return None
-
-    def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int:
-        """Nothing: the owner alone replays the journal."""
-        return 0
 
     def shutdown(self, grace: float) -> None:
         """Wait up to `grace` seconds for this worker's runs to end; the runs themselves are the owner's and

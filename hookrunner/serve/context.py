@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hookrunner.config import Config
 from hookrunner.hooks.model import Hook
-from hookrunner.run.history import Recorder
-from hookrunner.state.journal import Journal, LeftOver
 
 if TYPE_CHECKING:
     import ssl
@@ -50,13 +48,7 @@ class Runner(Protocol):
 
     wait_for: Callable[[Future[Any]], Any]
 
-    journal: Journal | None
-
-    history: Recorder | None
-
     def shutdown(self, grace: float) -> object: ...
-
-    def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int: ...
 
     def use(self, waits: Waits) -> None: ...
 
