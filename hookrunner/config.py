@@ -66,6 +66,11 @@ class Config:
     # The run journal (docs/operations.md, "Run journal"): off by default.
     state_dir: str = ""
     state_keep: int = 1000
+    # The shared run state (docs/operations.md, "Several replicas"): PostgreSQL, off by default.
+    state_url: str = ""
+    state_url_file: str = ""
+    state_lease: float = 30.0
+    state_grace: float = 10.0
     # The run history and the admin listener (docs/history.md): off by default.
     admin_addr: str = ""
     admin_token_file: str = ""

@@ -246,6 +246,14 @@ FLAGS: tuple[Flag, ...] = (
         extension=True,
     ),
     Flag(
+        "state-grace",
+        "duration",
+        "with -state-url, how long past a run's lease another replica waits before it takes the run over",
+        "state_grace",
+        10.0,
+        extension=True,
+    ),
+    Flag(
         "state-keep",
         "int",
         "how many finished runs the run journal keeps (the older ones are deleted), and how many run "
@@ -260,6 +268,32 @@ FLAGS: tuple[Flag, ...] = (
         "run records older than this are deleted from the run history (-admin-addr); 0 means no limit",
         "state_keep_age",
         0.0,
+        extension=True,
+    ),
+    Flag(
+        "state-lease",
+        "duration",
+        "with -state-url, how long a replica holds a run it does not renew; a replica that cannot renew "
+        "its runs' leases in time kills their commands",
+        "state_lease",
+        30.0,
+        extension=True,
+    ),
+    Flag(
+        "state-url",
+        "string",
+        "postgresql:// URL of the run state shared by every replica (caps, queues, coalescing, journal and "
+        "history); empty means the embedded state (-state-dir)",
+        "state_url",
+        "",
+        extension=True,
+    ),
+    Flag(
+        "state-url-file",
+        "string",
+        "file holding -state-url (a Kubernetes Secret), read at start",
+        "state_url_file",
+        "",
         extension=True,
     ),
     Flag(
