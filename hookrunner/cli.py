@@ -14,7 +14,7 @@ import stat
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
@@ -436,6 +436,14 @@ def main(argv: list[str] | None = None) -> int:
         listener = open_listener(config)
     except ListenError as err:
         problems.append(f"error listening on {err.on}: {err}")
+    if config.state_url or config.state_url_file:
+        # Before -setuid: a Secret's file may be readable by root only. The URL is never logged.
+        from hookrunner.state.opener import StateURLError, resolve_state_url
+
+        try:
+            config = replace(config, state_url=resolve_state_url(config), state_url_file="")
+        except StateURLError as err:
+            problems.append(f"error setting up the run state: {err}")
     if config.admin_addr and listener is not None:
         # Before -setuid: the token file may be readable by root only (and the admin code must be loaded).
         import hookrunner.serve.admin  # noqa: F401

@@ -26,6 +26,34 @@ class StateURLError(HookrunnerError):
     start-up error, told in one line that never holds the URL's password."""
 
 
+def resolve_state_url(config: Config) -> str:
+    """The run state's URL: -state-url, or the contents of -state-url-file (surrounding white space dropped),
+    or "" for the embedded state. Read once at start, before -setuid (a Secret's file may be root's only).
+    Raises StateURLError, in one line that never holds the URL, when both flags are given, the file cannot
+    be read or is empty, the URL's scheme is not PostgreSQL's, or -state-dir is given too (the journal of
+    a shared run state is the database)."""
+    if config.state_url and config.state_url_file:
+        raise StateURLError("-state-url and -state-url-file cannot be used together")
+    url = config.state_url
+    if config.state_url_file:
+        try:
+            with open(config.state_url_file, encoding="utf-8") as handle:
+                url = handle.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise StateURLError(f"-state-url-file: cannot read {config.state_url_file}: {why}") from None
+        if not url:
+            raise StateURLError(f"-state-url-file: {config.state_url_file} is empty")
+    if not url:
+        return ""
+    if not url.startswith(POSTGRES_SCHEMES):
+        scheme = url.partition(":")[0] if ":" in url else "(none)"
+        raise StateURLError(f"the run state URL's scheme {scheme!r} is not postgresql://")
+    if config.state_dir:
+        raise StateURLError("-state-dir and -state-url cannot be used together: the database is the journal")
+    return url
+
+
 def open_state(
     config: Config,
     boot_id: str,

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pg_cluster import PASSWORD, Cluster
@@ -16,7 +17,7 @@ from hookrunner.config import Config
 from hookrunner.hooks.model import Limits
 from hookrunner.state.embedded import EmbeddedState
 from hookrunner.state.model import Outcome, RunSpec
-from hookrunner.state.opener import StateURLError, open_state
+from hookrunner.state.opener import StateURLError, open_state, resolve_state_url
 from hookrunner.state.slots import STARTED
 
 SPEC = RunSpec("h", "req-1", "/bin/true", ("/bin/true",), (), (), "/")
@@ -93,7 +94,7 @@ def test_without_the_postgres_extra_a_postgresql_url_says_what_to_install(tmp_pa
 import sys
 sys.modules["psycopg"] = None  # an import of it raises ImportError
 from hookrunner.config import Config
-from hookrunner.state.opener import StateURLError, open_state
+from hookrunner.state.opener import StateURLError, open_state, resolve_state_url
 try:
     open_state(Config(), "r", url="postgresql://u:secret@127.0.0.1:1/x")
 except StateURLError as exc:
@@ -104,3 +105,42 @@ except StateURLError as exc:
     )
     assert "pip install 'hookrunner[postgres]'" in done.stdout
     assert "secret" not in done.stdout
+
+
+def _config(**fields: Any) -> Config:
+    return Config(**fields)
+
+
+def test_resolve_state_url_reads_the_file_and_strips_it(tmp_path: Path) -> None:
+    secret = tmp_path / "url"
+    secret.write_text("  postgresql://hookrunner:s3cret@db/hooks\n")
+    assert resolve_state_url(_config(state_url_file=str(secret))) == "postgresql://hookrunner:s3cret@db/hooks"
+    assert resolve_state_url(_config(state_url="postgres://db/x")) == "postgres://db/x"
+    assert resolve_state_url(_config()) == ""
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"state_url": "postgresql://u:s3cret@db/x", "state_url_file": "/x"}, "cannot be used together"),
+        ({"state_url": "mysql://u:s3cret@db/x"}, "'mysql' is not postgresql://"),
+        ({"state_url": "u:s3cret@db"}, "is not postgresql://"),
+        ({"state_url": "postgresql://u:s3cret@db/x", "state_dir": "/var/lib/x"}, "-state-dir and -state-url"),
+        ({"state_url_file": "/nonexistent/url"}, "cannot read /nonexistent/url: No such file or directory"),
+    ],
+)
+def test_resolve_state_url_refuses_in_one_line_without_the_password(
+    fields: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(StateURLError) as caught:
+        resolve_state_url(_config(**fields))
+    text = str(caught.value)
+    assert says in text
+    assert "s3cret" not in text and "\n" not in text
+
+
+def test_resolve_state_url_refuses_an_empty_file(tmp_path: Path) -> None:
+    secret = tmp_path / "url"
+    secret.write_text("\n")
+    with pytest.raises(StateURLError, match="is empty"):
+        resolve_state_url(_config(state_url_file=str(secret)))
