@@ -99,6 +99,9 @@ class OwnerClient:
         self._ahead: set[int] = set()
         self._epoch = 0  # the epoch of the owner that said hello last; 0: none yet, or it is gone
         self._hello = False
+        #: Whether the connection is made and not yet ended (connect() to the reader's end).
+        self._connected = False
+        self._counts_dropping = False
         self._closing = False
         self._generation = 0
         #: The pid of the owner whose hello came last.
@@ -121,6 +124,7 @@ class OwnerClient:
             self._spawn = spawn
         self._generation = generation
         self._say_hello()
+        self._connected = True
         self._spawn(self._read)
 
     def _say_hello(self) -> None:
@@ -218,14 +222,26 @@ class OwnerClient:
 
     def count(self, hook: str, outcome: str) -> None:
         """Count one request in the owner (ops/metrics.py's `elsewhere`): sent, not answered, before the
-        request is answered, so that a scrape through any worker after the answer counts it. Dropped while
-        there is no owner (the next one starts its counters from zero, as a restarted process does)."""
-        if not self._hello:
+        request is answered, so that a scrape through any worker after the answer counts it. Sent as soon as
+        the connection is made, hello or not: the packet waits in the connection for whichever owner reads
+        it (one that is starting, or the next one after a crash). Never waited for: a connection with no room
+        (an owner stopped for long) drops the count, logged once until one goes through again, and a
+        connection that has ended drops it silently, so a request that runs nothing is answered as usual."""
+        if not self._connected:
             return
         try:
-            self._send([wire.Message("count", {"hook": hook, "outcome": outcome})])
+            wire.send(self._sock, wire.Message("count", {"hook": hook, "outcome": outcome}))
+        except BlockingIOError:
+            if not self._counts_dropping:
+                self._counts_dropping = True
+                log.output(
+                    "run owner client: the run owner takes no more counts; requests not counted", level="warn"
+                )
+            return
         except (OSError, wire.PeerGone, wire.WireError) as exc:
             log.output(f"run owner client: a request not counted: {exc}", level="warn")
+            return
+        self._counts_dropping = False
 
     def accepts_runs(self) -> bool:
         """Readiness: whether the owner would accept runs now (its journal, with -state-dir, can be written);
@@ -314,6 +330,7 @@ class OwnerClient:
                     break
                 self._handle(message)
         finally:
+            self._connected = False
             self._hello = False
             self._epoch = 0
             self._fail(lambda sent: True, "the run owner is gone")

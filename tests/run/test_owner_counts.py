@@ -5,6 +5,8 @@ SOCK_SEQPACKET pairs (tests/owner_support.py)."""
 
 from __future__ import annotations
 
+import io
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run import wire
+from hookrunner.run.ownerclient import OwnerClient
 
 #: What each of the three clients counts: (hook, outcome, how many).
 SENT = [
@@ -155,3 +158,52 @@ def test_a_client_with_no_owner_drops_its_counts_without_waiting(counted: Host) 
     client.count("a", metrics.SERVED)
     assert time.monotonic() - started < 0.5
     assert requests_total(counted.clients[0].run_metrics()) == {}
+
+
+def _client_with_no_owner_reading() -> tuple[OwnerClient, socket.socket]:
+    worker_end, owner_end = wire.pair()
+    client = OwnerClient(worker_end, spawn=lambda work: threading.Thread(target=work, daemon=True).start())
+    client.connect()
+    return client, owner_end
+
+
+def _kinds(owner_end: socket.socket) -> list[str]:
+    owner_end.setblocking(False)
+    kinds = []
+    while True:
+        try:
+            message, _fds = wire.receive(owner_end)
+        except BlockingIOError:
+            return kinds
+        kinds.append(message.kind)
+
+
+def test_a_count_made_before_the_owners_hello_waits_in_the_connection_for_it() -> None:
+    # A worker may answer its first requests before the owner that is starting (or the next one, after a
+    # crash) has said hello: their counts are still sent, and the owner that takes the connection reads them.
+    client, owner_end = _client_with_no_owner_reading()
+    try:
+        client.count("a", metrics.SERVED)
+        client.count("", metrics.NOT_FOUND)
+        assert _kinds(owner_end) == ["hello", "count", "count"]
+    finally:
+        client.close()
+        owner_end.close()
+
+
+def test_a_connection_with_no_room_drops_counts_without_waiting_and_says_so_once(
+    log_lines: io.StringIO,
+) -> None:
+    client, owner_end = _client_with_no_owner_reading()
+    try:
+        for _ in range(20_000):  # far past a socket buffer's room: each count tried once, none waited for
+            client.count("a", metrics.SERVED)
+        said = [line for line in log_lines.getvalue().splitlines() if "takes no more counts" in line]
+        assert len(said) == 1, said
+        held = _kinds(owner_end)
+        assert 1 < len(held) < 20_001  # the room was used, and what had no room was dropped
+        client.count("a", metrics.SERVED)  # room again: sent
+        assert _kinds(owner_end) == ["count"]
+    finally:
+        client.close()
+        owner_end.close()
