@@ -36,9 +36,9 @@ from docs_support import (
     wait_for,
     wait_serving,
 )
+from k8s_support import K8S, key, kustomize
 from test_docs_e2e import free_port, interruptible, local_etc, push, start_receiver
 
-K8S = REPO_ROOT / "k8s"
 COMPONENT = K8S / "components" / "job-status"
 # What the component adds to the Role job-creator, in dev and in prod, after its own `create jobs`.
 READ_RULES = [
@@ -277,17 +277,6 @@ def test_the_token_stays_off_every_command_line_while_waiting(builder: Standin, 
 
 
 # ---- the component ----
-
-
-def kustomize(path: Path) -> list[dict[str, Any]]:
-    built = subprocess.run(
-        ["kubectl", "kustomize", str(path)], capture_output=True, text=True, check=True, timeout=60
-    )
-    return [doc for doc in yaml.safe_load_all(built.stdout) if doc]
-
-
-def key(obj: dict[str, Any]) -> tuple[str, str, str]:
-    return (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
