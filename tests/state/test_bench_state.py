@@ -8,6 +8,7 @@ import importlib.machinery
 import importlib.util
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,18 @@ def test_the_ledger_refuses_a_double_finish_and_an_unfinished_run() -> None:
         ledger.check(3)
     with pytest.raises(BENCH.BenchFailure, match="run 2 admitted twice"):
         ledger.admitted(2, 0.0, waits=False)
+
+
+def test_a_claim_may_come_before_its_admitter_notes_the_admit(monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = BENCH.Ledger()
+    late = threading.Timer(0.1, ledger.admitted, args=(7, 0.0, True))  # another thread's admit, noted late
+    late.start()
+    ledger.claimed(Claim(7, BENCH.spec(7, 1)), from_queue=True)  # waits for it
+    late.join()
+    assert not ledger.has_waiting()
+    monkeypatch.setattr(BENCH, "ADMITTED_WAIT", 0.05)
+    with pytest.raises(BENCH.BenchFailure, match="run 8 claimed but never admitted here"):
+        ledger.claimed(Claim(8, BENCH.spec(8, 1)), from_queue=True)
 
 
 def test_a_journal_row_left_open_fails_the_check(tmp_path: Path) -> None:
