@@ -1,7 +1,8 @@
 """A throwaway PostgreSQL for tests: Debian's `postgresql` binaries (/usr/lib/postgresql/*/bin), a cluster made
 by initdb in a temporary folder, listening only on 127.0.0.1 on a free port and on a Unix socket in that folder,
 stopped and removed at the end. As root (CI), every PostgreSQL command runs as the `postgres` user, since
-PostgreSQL refuses to run as root.
+PostgreSQL refuses to run as root. It imports nothing of pytest: scripts/bench-state starts one too (with fsync
+on, through `settings`).
 
 Tests that need it must fail, not skip, where it should be: they skip only when this is not root and no
 binaries are installed (a developer's machine without the package); .ci/run installs the package and sets
@@ -16,7 +17,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -48,9 +49,10 @@ def _free_port() -> int:
 
 
 class Cluster:
-    """One initdb'd cluster in `root`: start, stop, a crash (`-m immediate`) and a start again."""
+    """One initdb'd cluster in `root`: start, stop, a crash (`-m immediate`) and a start again. `settings`
+    are written to postgresql.conf over the tests' own (a benchmark turns fsync back on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Mapping[str, str] | None = None) -> None:
         found = bindir()
         if found is None:
             raise RuntimeError(
@@ -85,6 +87,7 @@ class Cluster:
             "shared_buffers": "16MB",
             "max_connections": "60",
             "logging_collector": "off",
+            **(settings or {}),
         }
         with open(self.data / "postgresql.conf", "a") as conf:
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
@@ -160,6 +163,10 @@ class Cluster:
 
     def conninfo(self, database: str) -> str:
         return f"host=127.0.0.1 port={self.port} dbname={database} user={USER} password={PASSWORD} connect_timeout=5"
+
+    def unix_conninfo(self, database: str) -> str:
+        """The test role's conninfo over the cluster's Unix socket (trusted there: no password)."""
+        return f"host={self.root} port={self.port} dbname={database} user={USER} connect_timeout=5"
 
     def url(self, database: str) -> str:
         return f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{self.port}/{database}"
