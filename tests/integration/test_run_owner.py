@@ -47,9 +47,9 @@ def greeted(tmp_path: Path, servers: list[Server], count: int) -> tuple[Server, 
 
 
 def greeted_with(
-    tmp_path: Path, servers: list[Server], hooks: list[dict[str, object]], count: int
+    tmp_path: Path, servers: list[Server], hooks: list[dict[str, object]], count: int, *flags: str
 ) -> tuple[Server, list[int]]:
-    server = start(tmp_path, servers, hooks, "-workers", str(count))
+    server = start(tmp_path, servers, hooks, "-workers", str(count), *flags)
     workers = settled_workers(server, count)
     assert wait_until(lambda: all(hello_logged(server, w, 1) for w in workers), timeout=15), server.log
     return server, workers
