@@ -5,7 +5,6 @@ and the worker's side, which builds that generation's registry and catches up wi
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import mmap
 import time
 from collections.abc import Callable, Sequence
@@ -105,6 +104,8 @@ class Follower:
         text was checked by the owner; a file whose text is unchanged is not parsed again."""
         if generation <= self._registry.generation:
             return
+        import hashlib  # here: the master, which imports this module, loads no OpenSSL (performance.md)
+
         by_file: dict[str, tuple[Any, ...]] = {}
         parsed: dict[str, tuple[bytes, tuple[Any, ...]]] = {}
         for path, text in files:
