@@ -140,3 +140,10 @@ class CommandNotFound(HookrunnerError):
 
 class AdminSetupError(HookrunnerError):
     """The admin listener (-admin-addr) cannot be set up as asked; the text says why, for the log (exit 1)."""
+
+
+class HooksNotCurrent(HookrunnerError):
+    """A worker could not catch up with the hooks generation the run owner published (its connection to the
+    owner is gone, or the owner's reload did not come in time): it answers 503 rather than serve old hooks."""
+
+    retry_after = 1

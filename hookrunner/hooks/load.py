@@ -135,6 +135,19 @@ class HookRegistry:
         #: When each file's hooks were last (re)loaded, and who is told after each change (the run history).
         self.loaded_at: dict[str, float] = {}
         self.on_publish: Callable[[], None] | None = None
+        #: Where a reload's lines go: the log, or (in the run owner) a list written out once every worker
+        #: serves the new hooks (serve/ownerreload.py).
+        self.say: Callable[[str], None] = log.output
+        #: The hooks generation served (hooks/generation.py): 0 for the hooks read at the start.
+        self.generation = 0
+        #: How many times the served hooks were swapped.
+        self.publishes = 0
+        #: The checked text of each file (re)loaded since the start, kept when not None: the run owner's,
+        #: which sends them to the workers.
+        self.texts: dict[str, str] | None = None
+        #: Called before a request matches its hook (`match_latest`): a worker's catch-up with the owner's
+        #: generation (hooks/generation.py's Follower).
+        self.latest: Callable[[], None] | None = None
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -146,6 +159,30 @@ class HookRegistry:
     def match(self, hook_id: str) -> Hook | None:
         return self._index.get(hook_id)
 
+    def match_latest(self, hook_id: str) -> Hook | None:
+        """The hook a request runs: matched once this process serves the latest hooks (raises
+        HooksNotCurrent when it cannot catch up)."""
+        if self.latest is not None:
+            self.latest()
+        return self._index.get(hook_id)
+
+    @property
+    def by_file(self) -> tuple[str, ...]:
+        """The files whose hooks are served, in the order their hooks are matched."""
+        return tuple(self._by_file)
+
+    def files_now(self) -> list[tuple[str, str | None]]:
+        """Each served file with its checked text, None for the hooks read at the start (with `texts`)."""
+        texts = self.texts or {}
+        return [(path, texts.get(path)) for path in self._by_file]
+
+    def replace(self, by_file: dict[str, tuple[Hook, ...]], generation: int) -> None:
+        """Serve `by_file` as generation `generation` (a worker following the owner), without a log line."""
+        with self._lock:
+            changed = [path for path, hooks in by_file.items() if self._by_file.get(path) is not hooks]
+            self._publish(by_file, changed)
+            self.generation = generation
+
     def hooks_of(self, path: str) -> tuple[Hook, ...]:
         return self._by_file.get(path, ())
 
@@ -156,6 +193,7 @@ class HookRegistry:
                 index.setdefault(hook.id, hook)  # like webhook, the first hook with an id wins
         self._by_file = by_file
         self._index = index
+        self.publishes += 1
         now = time.time()
         loaded = {path: self.loaded_at.get(path, now) for path in by_file}
         self.loaded_at = loaded | dict.fromkeys(changed, now)
@@ -185,29 +223,34 @@ class HookRegistry:
     def reload_file(self, path: str, data: bytes | None = None) -> bool:
         """Reload one file (from `data`, its bytes as the watcher read them, if given); on any error the
         previous hooks stay. Returns whether the new hooks are served."""
+        say = self.say
         with self._lock:
-            log.printf("attempting to reload hooks from %s\n", path)
+            say(f"attempting to reload hooks from {path}\n")
             try:
-                hooks = load_hooks(path, self._as_template, data)
+                text = read_hooks_text(path, self._as_template, data)
+                hooks = parse_hooks(text)
             except HooksFileError as exc:
-                log.printf("couldn't load hooks from file! %s\n", exc)
+                say(f"couldn't load hooks from file! {exc}\n")
                 metrics.record_reload(False)
                 return False
-            log.printf("found %d hook(s) in file\n", len(hooks))
+            malloc_trim()  # the text's pages (see load_hooks)
+            say(f"found {len(hooks)} hook(s) in file\n")
             elsewhere = {hook.id for other, group in self._by_file.items() if other != path for hook in group}
             seen: set[str] = set()
             for hook in hooks:
                 if hook.id in elsewhere or hook.id in seen:
-                    log.printf("%s", DuplicateHookError(hook.id))
-                    log.output("reverting hooks back to the previous configuration")
+                    say(str(DuplicateHookError(hook.id)))
+                    say("reverting hooks back to the previous configuration")
                     metrics.record_reload(False)
                     return False
                 seen.add(hook.id)
-                log.printf("\tloaded: %s\n", hook.id)
+                say(f"\tloaded: {hook.id}\n")
             by_file = dict(self._by_file)
             by_file[path] = tuple(hooks)
             if path not in self._files:
                 self._files = (*self._files, path)
+            if self.texts is not None:
+                self.texts[path] = text
             self._publish(by_file, (path,))
             metrics.record_reload(True)
             return True
@@ -218,11 +261,14 @@ class HookRegistry:
 
     def remove_file(self, path: str) -> int:
         """The file is gone: stop serving its hooks (re-creating the file restores them)."""
+        say = self.say
         with self._lock:
             removed = self._by_file.get(path, ())
             for hook in removed:
-                log.printf("\tremoving: %s\n", hook.id)
+                say(f"\tremoving: {hook.id}\n")
             by_file = {other: group for other, group in self._by_file.items() if other != path}
+            if self.texts is not None:
+                self.texts.pop(path, None)
             self._publish(by_file)
-            log.printf("removed %d hook(s) that were loaded from file %s\n", len(removed), path)
+            say(f"removed {len(removed)} hook(s) that were loaded from file {path}\n")
             return len(removed)

@@ -108,7 +108,7 @@ class Metrics:
     are kept in `host`, a registry of their own, counted where the runs are. Where that is another process
     (a worker, whose runs the run owner starts: docs/run-state.md), `elsewhere` is that process: a request
     is counted there, and `registry` shows its exposition in place of this process's own. Hooks loaded and
-    reloads stay this process's own (each worker reloads its hooks itself until step 9)."""
+    reloads are the host's too: the run owner reloads the hooks for every worker (step 9)."""
 
     def __init__(self, hooks: HooksSource, runner: RunnerSource, elsewhere: Host | None = None) -> None:
         # Imported here: without -metrics, start-up does not pay for prometheus_client.
@@ -145,13 +145,13 @@ class Metrics:
             registry=self.host,
         )
         queued.set_function(lambda: runner.queued)
-        loaded = Gauge("hookrunner_hooks_loaded", "Hooks being served now.", registry=self.registry)
+        loaded = Gauge("hookrunner_hooks_loaded", "Hooks being served now.", registry=self.host)
         loaded.set_function(lambda: len(hooks))
         self.reloads: Counter = Counter(
             "hookrunner_reloads",
             "Reloads of a hooks file (signal or -hotreload), by result (success or failure).",
             ["result"],
-            registry=self.registry,
+            registry=self.host,
         )
         # Both results exist from the start, so `increase()` and alerts see a zero rather than nothing.
         for result in ("success", "failure"):

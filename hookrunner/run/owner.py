@@ -26,6 +26,10 @@ What a worker's connection carries (the worker's side is run/ownerclient.py):
   needs, then `metrics` {id} + its last piece: the families in OpenMetrics text, empty without -metrics.
   `ready` {id}: answered `ready` {id, ok}: whether runs can be accepted now (the journal, with -state-dir,
   can be written), for readiness (/healthz?ready).
+- owner -> worker `reload_part` {id} + bytes, then `reload` {id, files} + its last piece: hooks generation
+  `id` (hooks/generation.py's `pack`), sent to every worker by `publish_hooks`, and again to a worker whose
+  `hello` names another generation (a worker forked after a reload, a new owner). worker -> owner
+  `reloaded` {generation}: the worker serves it (serve/ownerreload.py, issue 32 step 9).
 
 The owner never waits on a worker: sends are non-blocking, and what a worker's socket cannot take now
 waits in that connection's outbox, bounded (OUTBOX_BOUND); past it the connection is cut off, as if the
@@ -104,6 +108,8 @@ class _Connection:
         self.parts_held = 0
         #: Whether the reader is reading or handling a message (False: it found nothing, and waits).
         self.reading = True
+        #: The hooks generation the worker said it serves (its hello, then each `reloaded`).
+        self.generation = 0
 
     def read_out(self) -> bool:
         """Whether everything sent on this connection so far has been read and handled: the reader waits
@@ -271,6 +277,8 @@ class Owner:
         #: Counts a worker's `count` (ops/metrics.py's count_request); None: no metrics, counts dropped.
         self.count: Callable[[object, object], bool] | None = None
         self.scrape_wait = SCRAPE_WAIT
+        #: The hooks generation every worker must serve, with its message's fields and bytes (publish_hooks).
+        self._hooks: tuple[int, dict[str, object], bytes] | None = None
 
     @property
     def workers(self) -> list[int]:
@@ -309,6 +317,32 @@ class Owner:
             self._connections.clear()
         for connection in connections:
             connection.close()
+
+    def publish_hooks(
+        self, generation: int, fields: dict[str, object], data: bytes, wait: float
+    ) -> list[int]:
+        """Send hooks generation `generation` to every worker, and wait up to `wait` seconds until each
+        says it serves it; returns the pids of those that did not (stopped, or slow: each catches up before
+        its next request, hooks/generation.py). A worker that connects later is sent it at its hello."""
+        with self._lock:
+            self._hooks = (generation, fields, data)
+            connections = list(self._connections.values())
+        for connection in connections:
+            self._send_hooks(connection)
+        deadline = time.monotonic() + wait
+        late = connections
+        while True:
+            late = [c for c in late if c.generation < generation and not c.closed]
+            if not late or time.monotonic() >= deadline:
+                return [c.worker_pid for c in late]
+            self.runner.waits.sleep(0.001)
+
+    def _send_hooks(self, connection: _Connection) -> None:
+        with self._lock:
+            hooks = self._hooks
+        if hooks is not None:
+            generation, fields, data = hooks
+            connection.send_all(_framed("reload_part", "reload", generation, data, fields))
 
     def _serve(self, connection: _Connection) -> None:
         """The reader of one connection: every message until the worker's end; every error is the worker's."""
@@ -372,6 +406,15 @@ class Owner:
                 return
             said = f"worker {pid} connected to the run owner (epoch {self.epoch}, protocol {version})"
             log.output(said, event=EVENT)
+            generation = message.get("generation")
+            connection.generation = generation if isinstance(generation, int) else 0
+            hooks = self._hooks
+            if hooks is not None and hooks[0] != connection.generation:
+                self._send_hooks(connection)  # forked after a reload, or it served an earlier owner's
+        elif message.kind == "reloaded":
+            generation = message.get("generation")
+            if isinstance(generation, int) and not isinstance(generation, bool):
+                connection.generation = generation
         elif message.kind == "count":
             if self.count is not None and not self.count(message.get("hook"), message.get("outcome")):
                 log.output(f"run owner: a count from worker {pid} refused: {message.fields!r:.200}")

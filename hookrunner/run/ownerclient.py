@@ -106,6 +106,12 @@ class OwnerClient:
         self._generation = 0
         #: The pid of the owner whose hello came last.
         self.owner_pid = 0
+        #: The hooks generation this worker serves, told in its hello (hooks/generation.py).
+        self.hooks_generation: Callable[[], int] = lambda: self._generation
+        #: Applies a hooks generation the owner sent (its number, the message's fields and bytes), on this
+        #: client's reader; None: reloads are not followed (they are answered all the same).
+        self.on_reload: Callable[[int, dict[str, object], bytes], None] | None = None
+        self._reload_parts: list[bytes] = []
 
     def use(self, waits: Waits) -> None:
         """Wait the way `waits` do (the gevent worker's loop: serve/greenruns.py); before connect()."""
@@ -128,7 +134,7 @@ class OwnerClient:
         self._spawn(self._read)
 
     def _say_hello(self) -> None:
-        hello = {"version": wire.VERSION, "pid": os.getpid(), "generation": self._generation}
+        hello = {"version": wire.VERSION, "pid": os.getpid(), "generation": self.hooks_generation()}
         self._send([wire.Message("hello", hello)])
 
     # --- CommandRunner's surface --------------------------------------------------------------------
@@ -352,6 +358,9 @@ class OwnerClient:
             self._hello = True
             return
         number = message.get("id")
+        if kind in ("reload_part", "reload"):
+            self._reload(message, number)
+            return
         with self._lock:
             sent = self._sent.get(number) if isinstance(number, int) else None
         if sent is None:
@@ -396,12 +405,33 @@ class OwnerClient:
             if not sent.future.done():  # else shutdown stopped waiting for it
                 sent.future.set_result(result)
 
+    def _reload(self, message: wire.Message, generation: object) -> None:
+        """A piece of hooks generation `generation`; once whole, applied (on this reader: the owner's next
+        messages wait for it) and answered `reloaded`."""
+        self._reload_parts.append(message.data)
+        if message.kind == "reload_part":
+            return
+        data, self._reload_parts = b"".join(self._reload_parts), []
+        if not isinstance(generation, int) or isinstance(generation, bool):
+            return
+        if self.on_reload is not None:
+            try:
+                self.on_reload(generation, message.fields, data)
+            except Exception as exc:  # noqa: BLE001 - a generation not applied: requests wait, then 503
+                log.output(f"run owner client: hooks generation {generation} not applied: {exc!r}")
+                return
+        try:
+            self._send([wire.Message("reloaded", {"generation": generation})])
+        except (OSError, wire.PeerGone, wire.WireError) as exc:
+            log.output(f"run owner client: reload {generation} not answered: {exc}", level="warn")
+
     def _new_owner(self) -> None:
         """A new owner took the connection (its hello comes before any answer of its own): the runs an
         earlier owner admitted and had not ended are lost with it and fail now. A run it had not answered
         stays: its packets are still in the connection unless the dead owner read them, so the new owner
         answers it, or `answer_wait` ends it (OwnerUnavailable). A run whose exit came but not its answer
         is answered now."""
+        self._reload_parts = []  # an earlier owner's unfinished generation: the new one sends it whole
         with self._lock:
             ended = [
                 (number, sent)

@@ -17,6 +17,7 @@ from hookrunner.config import Config
 from hookrunner.errors import (
     ArgumentError,
     HookrunnerError,
+    HooksNotCurrent,
     MultipartError,
     ParameterNodeError,
     PayloadParseError,
@@ -251,6 +252,10 @@ class HookApp:
             metrics.record_request(self.known_id(hook_id), metrics.ERROR)
             headers = {**self.global_headers, "X-Content-Type-Options": "nosniff"}
             response = answer(500, b"Internal Server Error\n", headers, TEXT_PLAIN)
+        except HooksNotCurrent as why:  # this worker could not catch up with the run owner's hooks
+            log.request(rid, f"hooks not current: {why}, answering 503", level="error", event="unavailable")
+            retry = {**self.global_headers, "Retry-After": str(why.retry_after)}
+            response = answer(503, MSG_UNAVAILABLE, retry)
         if request.environ.get(BODY_FAILED_KEY):
             response.headers["Connection"] = "close"  # net/http does not reuse it after a broken body
         finish = partial(self.answered, rid, response, started)
@@ -269,16 +274,13 @@ class HookApp:
         method = go_method()
         remote_addr = self.remote_addr()
         log.request(rid, f"incoming HTTP {method} request from {remote_addr}\n", event="incoming")
-        hook = self.registry.match(hook_id)
+        hook = self.registry.match_latest(hook_id)  # the hooks the run owner last published
         if hook is None:
             metrics.record_request("", metrics.NOT_FOUND)  # unknown ids share one label
             return answer(404, MSG_NOT_FOUND, {})
         if not self.method_allowed(hook, method):
-            log.request(
-                rid,
-                f"HTTP {method} method not allowed for hook {go_quote(hook_id)}",
-                level="warn", hook=hook.id, event="method_not_allowed",
-            )
+            log.request(rid, f"HTTP {method} method not allowed for hook {go_quote(hook_id)}",
+                        level="warn", hook=hook.id, event="method_not_allowed")
             metrics.record_request(hook.id, metrics.METHOD_NOT_ALLOWED)
             return answer(405, b"", {})
         log.request(rid, f"{hook_id} got matched\n", hook=hook.id, event="matched")
@@ -298,13 +300,8 @@ class HookApp:
             ok, error = hook.trigger_rule.check(req)
             if error is not None:
                 if not isinstance(error, ParameterNodeError):
-                    log.request(
-                        rid,
-                        f"error evaluating hook: {error}",
-                        level="error",
-                        hook=hook.id,
-                        event="rule_error",
-                    )
+                    log.request(rid, f"error evaluating hook: {error}", level="error", hook=hook.id,
+                                event="rule_error")
                     bad_signature = isinstance(error, SignatureError)
                     outcome = metrics.SIGNATURE_ERROR if bad_signature else metrics.RULE_ERROR
                     metrics.record_request(hook.id, outcome)

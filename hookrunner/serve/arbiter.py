@@ -24,13 +24,14 @@ from gunicorn.workers.workertmp import WorkerTmp
 
 from hookrunner.config import Config
 from hookrunner.errors import AdminSetupError
+from hookrunner.hooks.generation import SharedGeneration
+from hookrunner.hooks.load import HookRegistry
 from hookrunner.ops.log import json_line, log, rfc3339_now
 from hookrunner.run.processes import become_subreaper
 from hookrunner.serve.context import (
     HELD_SIGNALS,
     MAX_HEAD_BYTES,
     THREADS,
-    Registry,
     Runner,
     builds_in_master,
     ctx,
@@ -126,11 +127,18 @@ class HookArbiter(Arbiter):
 
     def handle_hup(self) -> None:
         log.output("caught HUP signal")
-        self.kill_workers(signal.SIGHUP)
+        self._reload(signal.SIGHUP)
 
     def handle_usr1(self) -> None:
         log.output("caught USR1 signal")
-        self.kill_workers(signal.SIGUSR1)
+        self._reload(signal.SIGUSR1)
+
+    def _reload(self, signum: int) -> None:
+        """The run owner reloads the hooks for every worker (serve/ownerreload.py, issue 32 step 9)."""
+        if self.run_owner is not None:
+            self.run_owner.forward(signum)
+        else:
+            self.kill_workers(signum)
 
     def handle_term(self) -> None:
         log.output("caught terminated signal; exiting")
@@ -299,7 +307,7 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
 def serve(
     config: Config,
     build: Callable[[], tuple[Any, Runner]],
-    registry: Registry,
+    registry: HookRegistry,
     fd: int,
     ssl_context: ssl.SSLContext | None = None,
     admin: AdminListener | None = None,
@@ -316,6 +324,8 @@ def serve(
     if builds_in_master(config):
         ctx.load_app()
     ctx.boot_id = new_boot_id()
+    # Before any fork: the page every process of the tree shares (hooks/generation.py).
+    ctx.hooks_generation = SharedGeneration()
     # Held until the whole tree is gone; inherited by the workers, which open the journal itself.
     if config.state_dir:
         # -state-dir promises that a 200 is journaled: a journal that cannot be used stops the start.

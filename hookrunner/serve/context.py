@@ -11,6 +11,8 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hookrunner.config import Config
+from hookrunner.hooks.generation import SharedGeneration
+from hookrunner.hooks.load import HookRegistry
 from hookrunner.hooks.model import Hook
 
 if TYPE_CHECKING:
@@ -47,6 +49,9 @@ class Runner(Protocol):
     run owner."""
 
     wait_for: Callable[[Future[Any]], Any]
+    #: The hooks generation the worker serves, told to the owner; and how one the owner sends is applied.
+    hooks_generation: Callable[[], int]
+    on_reload: Callable[[int, dict[str, object], bytes], None] | None
 
     def shutdown(self, grace: float) -> object: ...
 
@@ -66,6 +71,10 @@ class Runner(Protocol):
 #: Threads of the threaded worker (threadworker.py): each request that captures a command's output holds
 #: one while it runs. The master gives gunicorn this number.
 THREADS = 64
+
+#: The reload signals, which the master forwards to the run owner alone (serve/ownerreload.py); the owner
+#: holds them from its fork until its reloads are served, so that none sent meanwhile is lost.
+RELOAD_SIGNALS = {signal.SIGHUP, signal.SIGUSR1}
 
 #: Signals the master holds back across the fork of a worker, until the worker's handlers are in place.
 HELD_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1}
@@ -87,11 +96,14 @@ class _Context:
     """What the worker needs after the fork; set once by serve.serve() before gunicorn starts."""
 
     config: Config
-    registry: Registry
+    registry: HookRegistry
     runner: Runner
     ssl_context: ssl.SSLContext | None = None
     #: One start of hookrunner (made in the master): the run journal tells a dead worker's runs by it.
     boot_id: str = ""
+    #: The hooks generation the run owner last published, shared by every process of the tree
+    #: (hooks/generation.py); made by the master before any fork.
+    hooks_generation: SharedGeneration
     #: The lock on -state-dir (journal.lock_state_dir); None: no journal for this start. Held by the master;
     #: the run owner opens the journal (serve/ownerprocess.py).
     state_lock: int | None = None

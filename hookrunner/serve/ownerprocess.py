@@ -25,8 +25,9 @@ from hookrunner.run.history import Recorder
 from hookrunner.run.owner import Owner
 from hookrunner.run.spawn import Waits
 from hookrunner.run.wire import EVENT, PeerGone, WireError, receive
-from hookrunner.serve.context import ctx
+from hookrunner.serve.context import RELOAD_SIGNALS, ctx
 from hookrunner.serve.greenruns import GreenWaits
+from hookrunner.serve.ownerreload import HostReloads
 from hookrunner.state.journal import open_journal
 
 if TYPE_CHECKING:
@@ -51,15 +52,25 @@ def serve_runs(control: socket.socket, epoch: int) -> int:
         owner.exposition = metrics.enable(ctx.registry, runner).host_exposition
         owner.count = metrics.count_request
     feed = _start_history(runner) if ctx.history_feed else None
-    if config.state_dir and not _start_journal(runner, epoch):
+    reloads = HostReloads(ctx.registry, owner, ctx.hooks_generation)
+    if epoch > 1:
+        # The master's hooks are those of the tree's start: an earlier owner's reloads are read again, and
+        # the workers told (step 9), before an earlier owner's runs replay under them.
+        reloads.run(lambda lines: ctx.registry.reload_all())
+    if config.state_dir and not _start_journal(runner):
         return JOURNAL_FAILED
     stop = gevent.event.Event()
     gevent.signal_handler(signal.SIGTERM, stop.set)
+    for signum in RELOAD_SIGNALS:  # held since the fork (serve/runowner.py): one sent meanwhile comes now
+        gevent.signal_handler(signum, reloads.reload_all)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, RELOAD_SIGNALS)
+    reloads.start(config.hotreload)
     control.setblocking(False)
     gevent.spawn(_read_control, control, owner, waits, stop)
     stop.wait()
     # The workers are gone by now (the master stops the owner after them): each waited its grace for its
     # runs. What still runs is ended; with a journal its rows stay, to be replayed at the next start.
+    reloads.stop()
     runner.shutdown(0)
     owner.close()
     if runner.journal is not None:
@@ -92,7 +103,7 @@ def _read_control(control: socket.socket, owner: Owner, waits: Waits, stop: geve
             owner.detach(message["pid"])
 
 
-def _start_journal(runner: CommandRunner, epoch: int) -> bool:
+def _start_journal(runner: CommandRunner) -> bool:
     """Open the run journal here (SQLite connections do not survive a fork), then replay the runs that
     dead processes left unfinished: an earlier start's, or an earlier owner's of this start. False: it
     could not be opened."""
@@ -103,10 +114,6 @@ def _start_journal(runner: CommandRunner, epoch: int) -> bool:
         return False
     runner.journal = journal
     journal.prune()
-    if epoch > 1:
-        # The master's hooks are those of the tree's start; an earlier owner's runs replay under the hooks
-        # as they are now, as a worker's replacement does.
-        ctx.registry.reload_all()
 
     def claim() -> None:
         left_overs = journal.claim_left_overs()

@@ -19,14 +19,13 @@ from collections.abc import Collection
 
 from hookrunner.ops.log import log
 from hookrunner.run.wire import EVENT, Message, PeerGone, pair, send
+from hookrunner.serve.context import RELOAD_SIGNALS
 
-#: What the master sends its workers (reload, the terminal's keys, gunicorn's own): the owner ignores them;
-#: the master stops it with SIGTERM, after the workers.
+#: What the master sends its workers (the terminal's keys, gunicorn's own): the owner ignores them; the
+#: master stops it with SIGTERM, after the workers.
 _IGNORED = (
     signal.SIGINT,
     signal.SIGQUIT,
-    signal.SIGHUP,
-    signal.SIGUSR1,
     signal.SIGUSR2,
     signal.SIGWINCH,
     signal.SIGTTIN,
@@ -34,7 +33,7 @@ _IGNORED = (
 )
 #: Signals blocked across the owner's fork until its own handlers are in place: a stop sent meanwhile
 #: would otherwise reach the master's copied handlers and be lost.
-_HELD = {signal.SIGTERM, signal.SIGCHLD, *_IGNORED}
+_HELD = {signal.SIGTERM, signal.SIGCHLD, *_IGNORED, *RELOAD_SIGNALS}
 #: How long stop() waits for the owner to end after SIGTERM before SIGKILL.
 STOP_WAIT = 5.0
 #: An owner that ends is replaced at once, unless it and the one before it each ended within this long of
@@ -135,6 +134,11 @@ class RunOwner:
             return  # dying as fast as it starts: once a second
         self._ended_at = 0.0
         self.start()
+
+    def forward(self, signum: int) -> None:
+        """A reload signal for the owner (lost while no owner runs: the next one reads every file again)."""
+        if self.pid and not self._ended_at:
+            _signal(self.pid, signum)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after STOP_WAIT; closes every connection the master kept."""
@@ -246,7 +250,7 @@ def _serve_owner(control: socket.socket, epoch: int, keep_out: tuple[int, ...]) 
         signal.signal(signum, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD - RELOAD_SIGNALS)
     for fd in keep_out:
         try:
             os.close(fd)

@@ -1,5 +1,5 @@
 """What every hookrunner worker process does the same way, whatever serves its connections: webhook's
-signals, reloading and watching the hooks files, the Go-style answers to broken requests, the graceful
+signals, following the run owner's hooks generations, the Go-style answers to broken requests, the graceful
 stop, and the -read-timeout deadline on request reads."""
 
 from __future__ import annotations
@@ -7,12 +7,10 @@ from __future__ import annotations
 import ctypes
 import math
 import os
-import queue
 import re
 import signal
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -28,11 +26,12 @@ from werkzeug.exceptions import RequestTimeout
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from hookrunner.golang.status import status_line
+from hookrunner.hooks.generation import Follower, unpack
 from hookrunner.ops.heap import malloc_trim
 from hookrunner.ops.log import log
 from hookrunner.run.history import Recorder
 from hookrunner.serve.answers import HANDLER_HEADERS_KEY, HEADER_LIST_KEY, go_request_path
-from hookrunner.serve.context import HELD_SIGNALS, Registry, ctx
+from hookrunner.serve.context import HELD_SIGNALS, ctx
 from hookrunner.serve.parseheap import PARSE_HEAP
 from hookrunner.serve.protocol import (
     ContinueOnRead,
@@ -48,9 +47,8 @@ from hookrunner.serve.protocol import (
 from hookrunner.serve.tls import PLAIN_HTTP_ANSWER, go_addr, go_handshake_error
 
 if TYPE_CHECKING:
-    # Loaded only with the flag that needs them (docs/performance.md, memory at rest): watchdog with
-    # -hotreload, multiprocessing's connections with -admin-addr.
-    from hookrunner.ops.watcher import HooksWatcher
+    # Loaded only with the flag that needs them (docs/performance.md, memory at rest): multiprocessing's
+    # connections with -admin-addr.
     from hookrunner.run.historyfeed import FeedClient
 
 
@@ -188,38 +186,14 @@ class ParseTrim(HeapTrim):
     FOLLOW_UPS = (1.0, 3.0)
 
 
-class _Reloader:
-    """Reloads every hooks file on request, on its own thread: signal handlers only enqueue."""
-
-    def __init__(self, registry: Registry) -> None:
-        self._registry = registry
-        self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
-
-    def request(self) -> None:
-        self._requests.put(True)
-
-    def start(self) -> None:
-        threading.Thread(target=self._serve_requests, name="hooks-reloader", daemon=True).start()
-
-    def _serve_requests(self) -> None:
-        while self._requests.get():
-            self._registry.reload_all()
-
-
-def _start_watcher(registry: Registry) -> HooksWatcher:
-    from hookrunner.ops.watcher import HooksWatcher
-
-    def changed(path: str, data: bytes | None) -> None:
-        log.output(f"hooks file {path} modified")
-        registry.reload_file(path, data)  # the bytes the watcher saw complete, not a second read
-
-    def removed(path: str) -> None:
-        log.output(f"hooks file {path} removed, removing hooks that were loaded from it")
-        registry.remove_file(path)
-
-    watcher = HooksWatcher(registry.files, changed, removed)
-    watcher.start()
-    return watcher
+def _follow_hooks() -> None:
+    """Serve the hooks generations the run owner publishes (hooks/generation.py): each applied by the reader
+    of the owner's connection, and caught up with by every request before it matches its hook."""
+    registry = ctx.registry
+    follower = Follower(registry, ctx.hooks_generation, ctx.runner.waits)
+    ctx.runner.hooks_generation = lambda: registry.generation
+    ctx.runner.on_reload = lambda generation, fields, data: follower.apply(generation, unpack(fields, data))
+    registry.latest = follower.catch_up
 
 
 def _start_history() -> FeedClient:
@@ -413,12 +387,6 @@ class WebhookWorker(Worker):
         # gunicorn refuses them with a 400. Controls and DEL stay refused, as url.ParseRequestURI does.
         gunicorn.http.message.RFC9112_TARGET_INVALID = re.compile(r"[^\x21-\x7e\x80-\xff]")
         gunicorn.util.http_date = http_date
-        self._reloader = _Reloader(ctx.registry)
-        if self.age > 1:
-            # A replacement worker starts from the master's start-up hooks; catch up with the files
-            # before serving anything.
-            ctx.registry.reload_all()
-        self._watcher: HooksWatcher | None = None
         self._history_feed: FeedClient | None = None
         self._stop_started = 0.0
         # In this process only: requests get -shutdown-timeout, so there is time left to kill leftover
@@ -429,19 +397,18 @@ class WebhookWorker(Worker):
 
     def init_signals(self) -> None:
         super().init_signals()
-        signal.signal(signal.SIGHUP, self._reload_signal)
-        signal.signal(signal.SIGUSR1, self._reload_signal)
+        # The run owner reloads the hooks for every worker (serve/ownerreload.py): the master sends it the
+        # reload signals, and one sent to a worker does nothing.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         signal.signal(signal.SIGINT, self.handle_exit)
-        signal.siginterrupt(signal.SIGHUP, False)
         # Signals that arrived between fork and now were held back by the master (see spawn_worker).
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
         # Threads start only now: a thread inherits the signal mask, and so would the commands it ran.
-        self._reloader.start()
-        if ctx.config.hotreload:
-            self._watcher = _start_watcher(ctx.registry)
         if ctx.history_feed:
             self._history_feed = _start_history()
         if ctx.owner_link is not None:
+            _follow_hooks()
             # Every run goes through the run owner (serve/ownerprocess.py); the journal is the owner's.
             ctx.runner.connect(sock=ctx.owner_link, spawn=ctx.runner.waits.launch)
 
@@ -513,9 +480,6 @@ class WebhookWorker(Worker):
         """Wait without holding up other connections (the gevent worker waits on its loop)."""
         time.sleep(seconds)
 
-    def _reload_signal(self, signum: int, frame: object) -> None:
-        self._reloader.request()
-
     def handle_exit(self, sig: int, frame: Any) -> None:
         if not self._stop_started:
             self._stop_started = time.monotonic()
@@ -523,8 +487,6 @@ class WebhookWorker(Worker):
 
     def finish_commands(self) -> None:
         """Requests are done (or their grace is over); give background commands what is left of it."""
-        if self._watcher is not None:
-            self._watcher.stop()
         started = self._stop_started or time.monotonic()
         grace = ctx.config.shutdown_timeout
         ctx.runner.shutdown(max(0.0, grace - (time.monotonic() - started)))

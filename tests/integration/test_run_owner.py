@@ -116,7 +116,9 @@ def test_a_worker_killed_is_let_go_and_its_replacement_attaches(
     assert server.stop() == 0
 
 
-def test_reload_signals_do_not_reach_the_owner(tmp_path: Path, servers: list[Server]) -> None:
+def test_reload_signals_reload_in_the_owner_without_restarting_it(tmp_path: Path, servers: list[Server]) -> None:
+    # The master forwards SIGHUP and SIGUSR1 to the owner, which reloads the hooks for every worker (step 9):
+    # each signal is one reload, and the owner is the same process, of the same epoch, after both.
     server = start(tmp_path, servers, [HOOK])
     (owner,) = run_owner_pids(server.process.pid)
     for signum in (signal.SIGHUP, signal.SIGUSR1):
@@ -125,6 +127,7 @@ def test_reload_signals_do_not_reach_the_owner(tmp_path: Path, servers: list[Ser
         server.log
     )
     time.sleep(0.3)
+    assert server.log.count("attempting to reload hooks from") == 2
     assert run_owner_pids(server.process.pid) == [owner] and len(owners_logged(server)) == 1
     assert server.stop() == 0
 

@@ -133,8 +133,11 @@ def test_a_worker_counts_its_requests_elsewhere_and_shows_the_hosts_totals() -> 
     # The owner's exposition of the host's families, as its `metrics` answer carries it.
     owner = metrics.Metrics(Hooks(), Runner())
     owner.requests.labels(hook="a", outcome=metrics.SERVED).inc(5)
+    owner.reloads.labels(result="success").inc(2)
     host = Elsewhere(owner.host_exposition())
-    worker = metrics.enable(Hooks(), Runner(), host)
+    own_hooks = Hooks()
+    own_hooks.count = 7
+    worker = metrics.enable(own_hooks, Runner(), host)
     try:
         metrics.record_request("a", metrics.SERVED)
         metrics.record_request("", metrics.NOT_FOUND)
@@ -144,10 +147,10 @@ def test_a_worker_counts_its_requests_elsewhere_and_shows_the_hosts_totals() -> 
         metrics.disable()
     assert host.counted == [("a", metrics.SERVED), ("", metrics.NOT_FOUND)]
     # The requests shown are the host's (the owner's 5), not this process's own (which counted nothing);
-    # hooks loaded and reloads are this process's.
+    # hooks loaded and reloads are the host's too (the owner reloads for every worker: issue 32 step 9).
     requests = {k: v for k, v in got.items() if k[0] == "hookrunner_requests_total"}
     assert requests == {("hookrunner_requests_total", (("hook", "a"), ("outcome", "served"))): 5}
-    assert got[("hookrunner_reloads_total", (("result", "success"),))] == 1
+    assert got[("hookrunner_reloads_total", (("result", "success"),))] == 2
     assert got[("hookrunner_hooks_loaded", ())] == 3
 
 

@@ -15,6 +15,8 @@ import pytest
 from waiting import eventually
 
 from hookrunner.config import Config
+from hookrunner.hooks.generation import SharedGeneration
+from hookrunner.hooks.load import HookRegistry
 from hookrunner.run import wire
 from hookrunner.run.wire import Message
 from hookrunner.serve.context import ctx
@@ -29,10 +31,17 @@ def alive(pid: int) -> bool:
         return False
 
 
+def as_serve_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What serve() sets before it forks the owner, which builds its runner from it, and the hooks it
+    reloads for every worker, with the generation counter they share (serve/ownerprocess.py)."""
+    monkeypatch.setattr(ctx, "config", Config(), raising=False)
+    monkeypatch.setattr(ctx, "registry", HookRegistry([]), raising=False)
+    monkeypatch.setattr(ctx, "hooks_generation", SharedGeneration(), raising=False)
+
+
 @pytest.fixture
 def owner(monkeypatch: pytest.MonkeyPatch) -> Iterator[RunOwner]:
-    # What serve() sets before it forks the owner, which builds its runner from it (serve/ownerprocess.py).
-    monkeypatch.setattr(ctx, "config", Config(), raising=False)
+    as_serve_sets(monkeypatch)
     started = RunOwner()
     started.start()
     yield started
@@ -105,7 +114,7 @@ def test_an_owner_dying_as_it_starts_is_forked_once_a_second(owner: RunOwner) ->
 
 
 def test_stop_ends_the_owner_and_closes_the_connections(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ctx, "config", Config(), raising=False)
+    as_serve_sets(monkeypatch)
     owner = RunOwner()
     owner.start()
     a = fork_worker(owner, 301)
