@@ -1,0 +1,91 @@
+"""Several replicas of the installed `hookrunner` on one PostgreSQL database (-state-url, issue 33): the
+caps hold over all of them, each accepted run runs exactly once, and an unreachable database stops the
+start in one line. scripts/test runs these on both worker classes (HOOKRUNNER_TEST_FLAGS)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from replica_support import (
+    Run,
+    overlaps,
+    recorded_runs,
+    recording_hook,
+    start_replicas,
+    started_count,
+    state_url,
+)
+from test_serving import HOOKRUNNER, HOOKRUNNER_TEST_FLAGS, Server, free_port, wait_until
+
+
+def push_spread(replicas: list[Server], count: int, hook: str = "record") -> dict[str, int]:
+    """`count` concurrent pushes, push n to replica n % len(replicas), each on a connection of its own;
+    returns each push's status by its seq."""
+
+    def push(n: int) -> tuple[str, int]:
+        server = replicas[n % len(replicas)]
+        return str(n), server.request("POST", f"/hooks/{hook}?seq={n}")[0]
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        return dict(pool.map(push, range(count)))
+
+
+def check_once_and_alone(record: Path, statuses: dict[str, int]) -> list[Run]:
+    """Every push answered 200 ran exactly once, nothing else ran, and no two runs overlapped; returns
+    the runs."""
+    accepted = {seq for seq, status in statuses.items() if status == 200}
+    assert wait_until(lambda: len(recorded_runs(record)) >= len(accepted), timeout=60), record.read_text()
+    time.sleep(0.5)  # nothing more may start
+    runs = recorded_runs(record)
+    assert started_count(record) == len(runs)
+    assert Counter(run.seq for run in runs) == Counter(accepted), (sorted(accepted), runs)
+    assert overlaps(runs) == []
+    return runs
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_max_concurrency_one_holds_across_replicas_and_each_accepted_run_runs_once(
+    tmp_path: Path, servers: list[Server], pg_cluster: object, pg_database: str, count: int
+) -> None:
+    record = tmp_path / "runs.txt"
+    url = state_url(pg_cluster, pg_database)
+    replicas = start_replicas(
+        tmp_path,
+        servers,
+        url,
+        count,
+        lambda name: [
+            recording_hook("record", record, name, 0.2, **{"max-concurrency": 1, "max-queue": 100})
+        ],
+    )
+    statuses = push_spread(replicas, 12 * count)
+    assert set(statuses.values()) == {200}, statuses
+    runs = check_once_and_alone(record, statuses)
+    assert len(runs) == 12 * count
+    names = {f"r{n}" for n in range(1, count + 1)}
+    assert {run.ran_on for run in runs} <= names and {run.admitted_by for run in runs} == names
+    for server in replicas:
+        assert "Traceback" not in server.log, server.log
+
+
+def test_an_unreachable_database_at_start_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    password = "pw-never-logged-9461"
+    url = f"postgresql://hookrunner:{password}@127.0.0.1:{free_port()}/nothing?connect_timeout=3"
+    (tmp_path / "hooks.json").write_text("[]")
+    argv = [HOOKRUNNER, "-hooks", str(tmp_path / "hooks.json"), *HOOKRUNNER_TEST_FLAGS]
+    argv += ["-ip", "127.0.0.1", "-port", str(free_port()), "-state-url", url]
+    started = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, timeout=60, cwd=tmp_path)
+    log = done.stderr.decode(errors="replace")
+    assert done.returncode == 1, log
+    assert time.monotonic() - started < 30
+    lines = [line for line in log.splitlines() if line.strip()]
+    assert len(lines) == 1, log
+    assert "PostgreSQL is unavailable" in lines[0], log
+    assert password not in log + done.stdout.decode(errors="replace")
+    assert "serving hooks" not in log
