@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from pg_cluster import Cluster
 from replica_support import (
     Run,
     overlaps,
@@ -50,7 +51,7 @@ def check_once_and_alone(record: Path, statuses: dict[str, int]) -> list[Run]:
 
 @pytest.mark.parametrize("count", [2, 3])
 def test_max_concurrency_one_holds_across_replicas_and_each_accepted_run_runs_once(
-    tmp_path: Path, servers: list[Server], pg_cluster: object, pg_database: str, count: int
+    tmp_path: Path, servers: list[Server], pg_cluster: Cluster, pg_database: str, count: int
 ) -> None:
     record = tmp_path / "runs.txt"
     url = state_url(pg_cluster, pg_database)
@@ -89,3 +90,42 @@ def test_an_unreachable_database_at_start_is_one_line_and_exit_1(tmp_path: Path)
     assert "PostgreSQL is unavailable" in lines[0], log
     assert password not in log + done.stdout.decode(errors="replace")
     assert "serving hooks" not in log
+
+
+def test_the_database_away_is_503_with_retry_after_then_recovers_with_one_line_each_way(
+    tmp_path: Path, servers: list[Server], pg_cluster: Cluster, pg_database: str
+) -> None:
+    record = tmp_path / "runs.txt"
+    url = state_url(pg_cluster, pg_database)
+    hooks = [
+        recording_hook("record", record, "r1", 0.0),
+        {**recording_hook("captured", record, "r1", 0.0), "include-command-output-in-response": True},
+        {"id": "never", "execute-command": "/bin/true", "trigger-rule": {"match": {"type": "value", "value": "x",
+         "parameter": {"source": "url", "name": "never"}}}},
+    ]  # fmt: skip
+    (server,) = start_replicas(tmp_path, servers, url, 1, lambda name: hooks)
+    assert server.request("POST", "/hooks/record?seq=before")[0] == 200
+    with pg_cluster.crashed():
+        for n in range(5):
+            for hook in ("record", "captured"):
+                status, headers, body = server.request("POST", f"/hooks/{hook}?seq=away{n}")
+                assert status == 503, (status, body, server.log[-2000:])
+                assert headers.get("retry-after", "").isdigit(), headers
+                assert len(body) < 200, body
+        # What runs nothing is answered as usual.
+        assert server.request("GET", "/")[0] == 200
+        assert server.request("POST", "/hooks/never")[:3:2] == (200, b"Hook rules were not satisfied.")
+        assert server.request("POST", "/hooks/nothing-here")[0] == 404
+    # Back, with no restart.
+    assert wait_until(lambda: server.request("POST", "/hooks/record?seq=back")[0] == 200, timeout=30), (
+        server.log
+    )
+    assert server.request("POST", "/hooks/captured?seq=back2")[0] == 200
+    assert wait_until(
+        lambda: {"before", "back", "back2"} <= {r.seq for r in recorded_runs(record)}, timeout=20
+    )
+    assert not any(run.seq.startswith("away") for run in recorded_runs(record))
+    log = server.log
+    assert log.count("run state: PostgreSQL is unavailable") == 1, log
+    assert log.count("run state: PostgreSQL is reachable again") == 1, log
+    assert "Traceback" not in log, log
