@@ -20,8 +20,9 @@ from test_serving import Server
 REPLICA_VARIABLE = "HOOKRUNNER_TEST_REPLICA"
 
 #: The command: appends `start <monotonic ns> <admitted by>><ran on> <seq>`, sleeps, then `end ...` to a
-#: file. Its arguments: the file, the name of the replica whose hooks prepared the run (which admitted
-#: it), the push's sequence number, the seconds to sleep; the replica that runs it is its environment's.
+#: file, and prints `ran <seq> on <admitted by>><ran on>`. Its arguments: the file, the name of the replica
+#: whose hooks prepared the run (which admitted it), the push's sequence number, the seconds to sleep; the
+#: replica that runs it is its environment's (REPLICA_VARIABLE).
 RECORD = """
 import os, sys, time
 record, seq, sleep = sys.argv[1], sys.argv[3], float(sys.argv[4])
@@ -32,6 +33,7 @@ def write(what):
 write("start")
 time.sleep(sleep)
 write("end")
+print(f"ran {seq} on {replica}")
 """
 
 

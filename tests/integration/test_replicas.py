@@ -129,3 +129,33 @@ def test_the_database_away_is_503_with_retry_after_then_recovers_with_one_line_e
     assert log.count("run state: PostgreSQL is unavailable") == 1, log
     assert log.count("run state: PostgreSQL is reachable again") == 1, log
     assert "Traceback" not in log, log
+
+
+def test_a_capture_whose_queued_run_another_replica_ran_gets_its_outcome_and_no_output(
+    tmp_path: Path, servers: list[Server], pg_cluster: Cluster, pg_database: str
+) -> None:
+    record = tmp_path / "runs.txt"
+    url = state_url(pg_cluster, pg_database)
+    limits = {"max-concurrency": 1, "max-queue": 10, "include-command-output-in-response": True}
+    replicas = start_replicas(
+        tmp_path, servers, url, 2, lambda name: [recording_hook("record", record, name, 0.3, **limits)]
+    )
+    first, second = replicas
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        holding = pool.submit(first.request, "POST", "/hooks/record?seq=0")
+        assert wait_until(lambda: started_count(record) == 1, timeout=20)
+        waiting = [pool.submit(second.request, "POST", f"/hooks/record?seq={n}") for n in range(1, 5)]
+        answers = {"0": holding.result(timeout=60)}
+        answers.update({str(n): w.result(timeout=60) for n, w in enumerate(waiting, 1)})
+    runs = {run.seq: run for run in recorded_runs(record)}
+    assert set(runs) == set(answers) and overlaps(sorted(runs.values(), key=lambda r: r.start)) == []
+    elsewhere = 0
+    for seq, (status, _, body) in answers.items():
+        run = runs[seq]
+        assert status == 200, (seq, status, body)
+        if run.ran_on == run.admitted_by:  # the answering replica ran it: its output
+            assert body == f"ran {seq} on {run.replica}\n".encode(), (seq, body)
+        else:  # another replica ran it: its outcome (200: exit status 0), not its output
+            assert body == b"", (seq, body)
+            elsewhere += 1
+    print(f"captures run by another replica: {elsewhere} of 4")
