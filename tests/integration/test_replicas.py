@@ -116,11 +116,17 @@ def test_the_database_away_is_503_with_retry_after_then_recovers_with_one_line_e
         assert server.request("GET", "/")[0] == 200
         assert server.request("POST", "/hooks/never")[:3:2] == (200, b"Hook rules were not satisfied.")
         assert server.request("POST", "/hooks/nothing-here")[0] == 404
+        assert server.request("GET", "/healthz?ready")[::2] == (
+            503,
+            b"Runs cannot be accepted now; try again later.",
+        )
+        assert server.request("GET", "/healthz")[0] == 200
     # Back, with no restart.
     assert wait_until(lambda: server.request("POST", "/hooks/record?seq=back")[0] == 200, timeout=30), (
         server.log
     )
     assert server.request("POST", "/hooks/captured?seq=back2")[0] == 200
+    assert server.request("GET", "/healthz?ready")[0] == 200
     assert wait_until(
         lambda: {"before", "back", "back2"} <= {r.seq for r in recorded_runs(record)}, timeout=20
     )
