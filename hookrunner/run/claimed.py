@@ -254,30 +254,53 @@ class ClaimedRuns:
 
     def keep_leases(self, lease: float) -> None:
         """Renew every held claim's lease every lease/3, for ever; a claim the state says is lost, or whose
-        lease runs out before a renewal reaches the state, is killed at once (one log line each)."""
+        lease runs out before a renewal reaches the state (the renewal failed, or is still waiting for the
+        database when the lease ends), is killed at once (one log line each)."""
         while not self._closing:
             self.waits.sleep(lease / 3)
             with self._lock:
                 held = [h for h in self._held.values() if not h.lost and h.claim.lease_until != FOREVER]
-            if not held:
-                continue
-            asked = time.monotonic()
+            if held:
+                self._renew(held, lease)
+
+    def _renew(self, held: list[Held], lease: float) -> None:
+        asked = time.monotonic()
+        answer: list[list[Claim] | None] = []
+        done = self.waits.event()
+
+        def renew() -> None:
             try:
-                lost_claims = self.state.renew([h.claim for h in held])
+                answer.append(self.state.renew([h.claim for h in held]))
             except StateUnavailable:
-                lost_claims = [h.claim for h in held if h.deadline <= time.monotonic() + lease / 3]
-            else:
-                for h in held:
-                    h.deadline = asked + lease
-            lost = {(c.run_id, c.attempt) for c in lost_claims}
-            for h in held:
-                if (h.claim.run_id, h.claim.attempt) in lost:
-                    h.lost = True
-                    log.output(
-                        f"run {h.claim.run_id} of hook {h.claim.spec.hook_id}: its lease is lost; "
-                        "killing its processes (another replica may run it)"
-                    )
-                    self.lose(h)
+                answer.append(None)
+            finally:
+                done.set()
+
+        self.waits.launch(renew)
+        # Wait no longer than the first lease lasts: past it, its run is killed while the renewal still waits.
+        while not done.wait(max(min(h.deadline for h in held if not h.lost) - time.monotonic(), 0.0)):
+            self._lose([h for h in held if not h.lost and h.deadline <= time.monotonic()])
+            if all(h.lost for h in held):
+                return
+        lost_claims = answer[0]
+        if lost_claims is None:  # unreachable: what would run out before the next try is lost now
+            self._lose([h for h in held if h.deadline <= time.monotonic() + lease / 3])
+            return
+        lost = {(c.run_id, c.attempt) for c in lost_claims}
+        self._lose([h for h in held if (h.claim.run_id, h.claim.attempt) in lost])
+        for h in held:
+            h.deadline = asked + lease
+
+    def _lose(self, held: list[Held]) -> None:
+        for h in held:
+            if h.lost:
+                continue
+            h.lost = True
+            log.output(
+                f"run {h.claim.run_id} of hook {h.claim.spec.hook_id}: its lease is lost; "
+                "killing its processes (another replica may run it)"
+            )
+            self.lose(h)
 
     # --- counts and the stop ---
 

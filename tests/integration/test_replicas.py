@@ -5,6 +5,7 @@ start in one line. scripts/test runs these on both worker classes (HOOKRUNNER_TE
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -216,4 +217,39 @@ def test_a_lost_lease_kills_the_command_at_once_with_one_line(
     taken = time.monotonic()
     assert wait_until(lambda: not alive(pid), timeout=5), server.log
     assert time.monotonic() - taken <= 1.5
+    assert server.log.count("its lease is lost; killing its processes") == 1, server.log
+
+
+def cluster_processes(cluster: Cluster) -> list[int]:
+    """The postmaster of `cluster` and its children (its backends and helpers)."""
+    postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    children = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
+    return [postmaster, *map(int, children)]
+
+
+def test_a_renewal_that_cannot_reach_the_database_in_time_kills_the_command_at_the_lease(
+    tmp_path: Path, servers: list[Server], pg_cluster: Cluster, pg_database: str
+) -> None:
+    pids = tmp_path / "pids"
+    code = "import os, sys, time; open(sys.argv[1], 'a').write(f'{os.getpid()}\\n'); time.sleep(60)"
+    hook = {"id": "long", **python_command(code, {"source": "string", "name": str(pids)})}
+    flags = ("-state-lease", "1500ms", "-state-grace", "20s")
+    (server,) = start_replicas(
+        tmp_path, servers, state_url(pg_cluster, pg_database), 1, lambda n: [hook], *flags
+    )
+    assert server.request("POST", "/hooks/long")[0] == 200
+    assert wait_until(lambda: pids.exists() and pids.read_text().strip() != "", timeout=20)
+    pid = int(pids.read_text().split()[0])
+    time.sleep(1)
+    # The database stops answering (every process of it stopped): a renewal waits, and the lease runs out.
+    stopped = cluster_processes(pg_cluster)
+    try:
+        for process in stopped:
+            os.kill(process, signal.SIGSTOP)
+        began = time.monotonic()
+        assert wait_until(lambda: not alive(pid), timeout=5), server.log
+        assert time.monotonic() - began <= 1.5 + 0.5
+    finally:
+        for process in stopped:
+            os.kill(process, signal.SIGCONT)
     assert server.log.count("its lease is lost; killing its processes") == 1, server.log
