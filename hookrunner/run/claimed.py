@@ -25,6 +25,9 @@ from hookrunner.state.slots import COALESCED, STARTED
 #: How many runs one claims() may hand out at once.
 CLAIM_BATCH = 64
 
+#: How often a state that announces nothing but this process's own finishes is looked at (watch).
+LOOK_AGAIN = 5.0
+
 #: What the runs waiting here get when the process stops before they start.
 NOT_STARTED = "not started: hookrunner is shutting down"
 
@@ -220,18 +223,24 @@ class ClaimedRuns:
     # --- waiting for work, keeping leases ---
 
     def watch(self) -> None:
-        """Wait for claimable work on the state's Waiter and start it, for ever (a greenlet or thread)."""
+        """Wait for claimable work on the state's Waiter and start it, for ever (a greenlet or thread). A
+        state whose every claimable run comes from a finish here (the embedded one: `poll` None) is only
+        looked at every LOOK_AGAIN seconds (its left-overs, when the disk refused their claim at start):
+        the run that finished claims what it freed, and no wake per run is paid."""
         waiter = self.state.wake()
         poll = waiter.poll
         while not self._closing:
+            if poll is None:
+                self.waits.sleep(LOOK_AGAIN)
+                self.claim_now()
+                continue
             try:
-                self.waits.readable(waiter.fileno(), poll if poll is not None else 5.0)
+                self.waits.readable(waiter.fileno(), poll)
                 waiter.wait(0)
             except (OSError, ValueError):  # closed at the stop
                 return
             self.claim_now()
-            if poll is not None:  # a shared state: another replica may have run what waits here
-                self._ended_elsewhere()
+            self._ended_elsewhere()  # a shared state: another replica may have run what waits here
 
     def _ended_elsewhere(self) -> None:
         """End the runs waiting here that another replica claimed and finished, with their outcome."""
