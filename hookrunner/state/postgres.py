@@ -134,7 +134,6 @@ class PostgresState:
                 self._ready = True
             with conn.transaction(), conn.cursor() as cur:
                 yield cur
-        self._connections.reachable()
         if self._local.notified and self._waiter is not None:
             self._waiter.poke()  # this process's own waiter, at once, once committed
 
