@@ -74,6 +74,12 @@ def test_max_concurrency_one_holds_across_replicas_and_each_accepted_run_runs_on
     assert len(runs) == 12 * count
     names = {f"r{n}" for n in range(1, count + 1)}
     assert {run.ran_on for run in runs} <= names and {run.admitted_by for run in runs} == names
+    # Every replica's history events are rows of the database, each naming its replica; each run ended once.
+    database = pg_database.split("dbname=")[1].split()[0]
+    recorded = "SELECT count(DISTINCT replica) FROM hookrunner_events"
+    assert wait_until(lambda: pg_cluster.psql(database, recorded) == str(count), timeout=10)
+    ended = "SELECT count(*) FROM hookrunner_events WHERE event->>'outcome' = 'ok'"
+    assert wait_until(lambda: int(pg_cluster.psql(database, ended)) >= 12 * count, timeout=10)
     for server in replicas:
         assert "Traceback" not in server.log, server.log
 
