@@ -62,6 +62,9 @@ class Connections:
         self._out = 0  # lent now
         self._changed = threading.Condition()
         self._reachable = True
+        # Bumped each time the database is found away: a transaction that began before that (on another
+        # connection, and went through as the database went down) does not say it is back.
+        self._away = 0
         self._closed = False
 
     def redact(self, text: str) -> str:
@@ -81,12 +84,14 @@ class Connections:
         why = self.redact(" ".join(str(exc).split()) or type(exc).__name__)
         if self._reachable:
             self._reachable = False
+            self._away += 1
             log.output(f"run state: PostgreSQL is unavailable: {why}")
         return StateUnavailable(f"PostgreSQL is unavailable: {why}")
 
-    def reachable(self) -> None:
-        """A transaction went through: log the change if the database was away."""
-        if not self._reachable:
+    def reachable(self, since: int | None = None) -> None:
+        """A transaction went through: log the change if the database was away, unless the transaction
+        began (`since`: the count of times found away then) before the database was last found away."""
+        if not self._reachable and (since is None or since == self._away):
             self._reachable = True
             log.output("run state: PostgreSQL is reachable again")
 
@@ -94,11 +99,13 @@ class Connections:
     def lent(self) -> Iterator[psycopg.Connection[Any]]:
         """A connection for one transaction: an idle one that is still up, or a new one. Given back after,
         unless what ended the transaction says the database is away (AWAY), which becomes StateUnavailable."""
+        since = self._away
         conn = self._take()
         keep = False
         try:
             yield conn
             keep = True
+            self.reachable(since)
         except AWAY as exc:
             raise self.unavailable(exc) from None
         except BaseException:

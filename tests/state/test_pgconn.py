@@ -4,6 +4,7 @@ every message."""
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 
@@ -86,3 +87,22 @@ def test_the_password_is_found_however_it_is_written() -> None:
     assert secrets_of("postgresql://u@h/d") == []
     connections = Connections(f"postgresql://u:{PASSWORD}@127.0.0.1:1/d")
     assert connections.redact(f"oops {PASSWORD} and p") == "oops *** and p"
+
+
+def test_a_transaction_begun_before_the_database_was_found_away_does_not_say_it_is_back(
+    pg_database: str, log_lines: io.StringIO
+) -> None:
+    # As the server goes down, one call fails while another, begun before on another connection, still
+    # goes through: the log must not flap (away, back, away), only a transaction begun since says "back".
+    connections = Connections(pg_database, size=2)
+    with connections.lent() as begun_before:
+        connections.unavailable(psycopg.OperationalError("server closed the connection unexpectedly"))
+        begun_before.execute("SELECT 1")
+        begun_before.rollback()
+    assert "reachable again" not in log_lines.getvalue()
+    with connections.lent() as begun_since:
+        begun_since.execute("SELECT 1")
+        begun_since.rollback()
+    said = log_lines.getvalue()
+    assert said.count("PostgreSQL is unavailable") == 1 and said.count("PostgreSQL is reachable again") == 1
+    connections.close()
