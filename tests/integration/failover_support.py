@@ -215,41 +215,101 @@ def process_tree(root: int) -> set[int]:
     return found
 
 
-def lose_node(server: Server) -> tuple[int, dict[int, int]]:
-    """A node's loss, as a pod's PID namespace ends or a machine goes: every process of the replica's tree
-    (master, run owner, workers, admin listener, and every command with what it started) dies at once, so
-    none can renew a lease, end a command or write a last word. The tree is frozen first (SIGSTOP until no
-    new process shows), so that nothing forks, moves to another parent or notices the others going, then
-    killed (SIGKILL). Returns when the kills were sent (monotonic ns) and, for each process, when its death
-    was seen."""
+def freeze(server: Server) -> set[int]:
+    """SIGSTOP every process of the replica's tree, again until no new one shows, so that nothing forks,
+    moves to another parent or notices the others going; returns them."""
     frozen: set[int] = set()
     while True:
         new = process_tree(server.process.pid) - frozen
         if not new:
-            break
+            return frozen
         for pid in new:
             try:
                 os.kill(pid, signal.SIGSTOP)
             except ProcessLookupError:
                 pass
         frozen |= new
+
+
+def deaths(pids: set[int], timeout: float = 10) -> dict[int, int]:
+    """When each of `pids` was seen dead (monotonic ns), watched until all are."""
+    seen: dict[int, int] = {}
+
+    def all_gone() -> bool:
+        for pid in pids - seen.keys():
+            if not alive(pid):
+                seen[pid] = time.monotonic_ns()
+        return len(seen) == len(pids)
+
+    assert wait_until(all_gone, timeout=timeout, interval=0.005), sorted(pids - seen.keys())
+    return seen
+
+
+def kill(pids: set[int]) -> int:
+    """SIGKILL each of `pids`; when the kills were sent (monotonic ns)."""
     sent = time.monotonic_ns()
-    for pid in frozen:
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    return sent
+
+
+def lose_node(server: Server) -> tuple[int, dict[int, int]]:
+    """A node's loss, as a pod's PID namespace ends (hookrunner's master is the container's PID 1) or a
+    machine goes, or as systemd ends what is left of the unit's cgroup once its main process died: every
+    process of the replica's tree (master, run owner, workers, admin listener, and every command with what
+    it started) dies at once, so none can renew a lease, end a command or write a last word. The tree is
+    frozen first, then killed. Returns when the kills were sent (monotonic ns) and, for each process, when
+    its death was seen."""
+    frozen = freeze(server)
+    sent = kill(frozen)
     server.process.wait(timeout=10)
-    seen: dict[int, int] = {}
+    return sent, deaths(frozen)
 
-    def all_gone() -> bool:
-        for pid in frozen - seen.keys():
-            if not alive(pid):
-                seen[pid] = time.monotonic_ns()
-        return len(seen) == len(frozen)
 
-    assert wait_until(all_gone, timeout=10, interval=0.005), sorted(frozen - seen.keys())
-    return sent, seen
+def lose_hookrunner_only(server: Server) -> tuple[int, set[int]]:
+    """kill -9 of hookrunner's own processes alone (master, run owner, workers), on a host that goes on: the
+    commands, and what they started, are left running as orphans (the master, the last child subreaper
+    above them, is gone too). Returns when the kills were sent and the orphans' pids."""
+    frozen = freeze(server)
+    master = server.process.pid
+    own = {master, *(int(pid) for pid in Path(f"/proc/{master}/task/{master}/children").read_text().split())}
+    orphans = frozen - own
+    # Resumed before their parents die: a process group left orphaned with a stopped member is sent SIGHUP.
+    for pid in orphans:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    sent = kill(own)
+    server.process.wait(timeout=10)
+    deaths(own)
+    return sent, orphans
+
+
+class DeathWatch:
+    """When each of some processes died (monotonic ns), watched on a thread every 5 ms."""
+
+    def __init__(self, pids: set[int]) -> None:
+        self.seen: dict[int, int] = {}
+        self._pids = set(pids)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set() and len(self.seen) < len(self._pids):
+            for pid in self._pids - self.seen.keys():
+                if not alive(pid):
+                    self.seen[pid] = time.monotonic_ns()
+            self._stop.wait(0.005)
+
+    def close(self) -> dict[int, int]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return dict(self.seen)
 
 
 # ------------------------------------------------------------------------------- pushes while it happens

@@ -25,17 +25,20 @@ from pathlib import Path
 import pytest
 from failover_support import (
     Copy,
+    DeathWatch,
     Fleet,
     Flow,
     Sent,
     copies,
     finished,
+    lose_hookrunner_only,
     lose_node,
     overlaps,
     postgres_flags,
     recording_hook,
 )
 from pg_cluster import Cluster
+from test_limits import alive
 from test_serving import Server, wait_until
 
 #: The lease and the grace every PostgreSQL replica here is given, as flags and in seconds.
@@ -69,12 +72,19 @@ def push(server: Server, path: str) -> tuple[int, bytes]:
 
 
 def node_loss(
-    fleet: Fleet, record: Path, gate: Path, targets: Sequence[str], after_loss: Callable[[str], None]
+    fleet: Fleet,
+    record: Path,
+    gate: Path,
+    targets: Sequence[str],
+    after_loss: Callable[[str], None],
+    loss: str,
 ) -> float:
     """Run r0 starts on one replica and holds the hook's one slot (its gate is shut); r1..r5 are pushed to
-    `targets` in turn and wait. The replica running r0 is lost; `after_loss(its name)` runs. Once r0 starts
-    again elsewhere the gate opens and everything finishes. Checks what holds whatever the backend and
-    returns the take-over's gap: from the kills to the second copy's start, in seconds."""
+    `targets` in turn and wait. The replica running r0 is lost (`loss`: "node", every process of its tree,
+    commands included; "hookrunner-only", its own processes, the command left running as an orphan);
+    `after_loss(its name)` runs. Once r0 starts again the gate opens and everything finishes. Checks what
+    holds whatever the backend and returns the take-over's gap: from the kills to the second copy's start,
+    in seconds."""
     assert push(fleet.replicas[targets[0]], "/hooks/serial?id=r0") == ACCEPTED
     assert wait_until(lambda: len(copies(record)) == 1, timeout=15), copies(record)
     victim = copies(record)[0].replica
@@ -83,15 +93,28 @@ def node_loss(
     time.sleep(0.5)
     assert [copy.run_id for copy in copies(record)] == ["r0"], copies(record)  # the rest wait for the slot
 
-    sent, killed = lose_node(fleet.replicas[victim])
+    if loss == "node":
+        sent, killed = lose_node(fleet.replicas[victim])
+        watch = None
+    else:
+        sent, orphans = lose_hookrunner_only(fleet.replicas[victim])
+        assert copies(record)[0].pid in orphans, (copies(record), orphans)
+        time.sleep(0.3)
+        assert all(alive(pid) for pid in orphans), orphans  # left running: only a take-over may end them
+        watch, killed = DeathWatch(orphans), {}
     after_loss(victim)
     # Waited for well past the bound, so that a late take-over is measured and said, not just timed out.
     bound = LEASE[1] + GRACE[1] + TAKE_OVER_SLACK
     assert wait_until(lambda: len(copies(record)) == 2, timeout=bound + 20, interval=0.01), copies(record)
     first, second = copies(record)
     assert (first.run_id, first.replica, first.end) == ("r0", victim, None), first
-    assert first.pid in killed, (first, sorted(killed))  # the lost node's command died with it
     assert second.run_id == "r0", second  # the run that was running is the first to run again
+    if watch is not None:
+        # The take-over ends the orphaned copy (its pid and start time were recorded) before its own starts.
+        ended = wait_until(lambda: first.pid in watch.seen, timeout=5)
+        killed = watch.close()
+        assert ended, f"the lost replica's orphaned command {first.pid} still runs beside its take-over"
+    assert first.pid in killed, (first, sorted(killed))  # the lost copy is dead
     gap = (second.start - sent) / 1e9
 
     gate.touch()
@@ -120,20 +143,27 @@ def serial_hooks(record: Path, gate: Path) -> Callable[[str], list[dict[str, obj
     return hooks
 
 
-def test_a_lost_node_s_run_is_taken_over_once_within_lease_and_grace(
-    tmp_path: Path, servers: list[Server], state_url: str
+#: What a replica's loss kills: a node (a pod, a machine, a systemd unit) takes every process with it; a
+#: kill -9 of hookrunner alone on a host that goes on leaves its commands running.
+LOSSES = ("node", "hookrunner-only")
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_a_lost_replica_s_run_is_taken_over_once_within_lease_and_grace(
+    tmp_path: Path, servers: list[Server], state_url: str, loss: str
 ) -> None:
     record, gate = tmp_path / "runs", tmp_path / "gate"
     fleet = postgres_fleet(tmp_path, servers, state_url, serial_hooks(record, gate))
     fleet.start("a", "b")
-    gap = node_loss(fleet, record, gate, ["a", "b"], after_loss=lambda victim: None)
+    gap = node_loss(fleet, record, gate, ["a", "b"], after_loss=lambda victim: None, loss=loss)
     # Not before: the lost holder's lease was still good when it went, and the grace comes after it.
     assert GRACE[1] <= gap <= LEASE[1] + GRACE[1] + TAKE_OVER_SLACK, f"taken over {gap:.2f}s after the loss"
     print(f"take-over {gap:.2f}s after the loss (lease {LEASE[1]}s + grace {GRACE[1]}s)")
 
 
-def test_harness_a_lost_node_on_the_embedded_state_replays_its_run_when_started_again(
-    tmp_path: Path, servers: list[Server]
+@pytest.mark.parametrize("loss", LOSSES)
+def test_harness_a_lost_replica_on_the_embedded_state_replays_its_run_when_started_again(
+    tmp_path: Path, servers: list[Server], loss: str
 ) -> None:
     """The same scenario on what exists without PostgreSQL: one replica with -state-dir, lost, then started
     again on its folder, whose journal gives the run back (a replay: the second copy)."""
@@ -145,7 +175,7 @@ def test_harness_a_lost_node_on_the_embedded_state_replays_its_run_when_started_
     def start_again(victim: str) -> None:
         fleet.start(victim)
 
-    gap = node_loss(fleet, record, gate, ["a"], after_loss=start_again)
+    gap = node_loss(fleet, record, gate, ["a"], after_loss=start_again, loss=loss)
     assert 0 < gap <= 15, gap
 
 
