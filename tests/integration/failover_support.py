@@ -317,7 +317,8 @@ class DeathWatch:
 
 @dataclass(frozen=True)
 class Sent:
-    """One request of a flow and its answer (status 0: no answer, with why in `body`)."""
+    """One request of a flow and its answer (status 0: no answer, with why in `body`): sent `at`, answered
+    by `done` (monotonic ns)."""
 
     run_id: str
     replica: str
@@ -326,6 +327,7 @@ class Sent:
     status: int
     headers: dict[str, str]
     body: bytes
+    done: int
 
 
 @dataclass
@@ -359,7 +361,7 @@ class Flow:
             status, headers, body = self.server.request(method, path)
         except OSError as err:
             status, headers, body = 0, {}, repr(err).encode()
-        self.sent.append(Sent(run_id, self.replica, kind, at, status, headers, body))
+        self.sent.append(Sent(run_id, self.replica, kind, at, status, headers, body, time.monotonic_ns()))
 
     def __enter__(self) -> Flow:
         self.thread = threading.Thread(target=self.run, daemon=True)

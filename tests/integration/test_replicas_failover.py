@@ -244,6 +244,7 @@ def test_the_database_stopped_under_load_answers_503_then_recovers_without_a_res
         flow.__enter__()
     try:
         time.sleep(2)
+        stopping = time.monotonic_ns()
         pg_cluster.stop("immediate")
         down = time.monotonic_ns()
         try:
@@ -269,9 +270,10 @@ def test_the_database_stopped_under_load_answers_503_then_recovers_without_a_res
     ran, refused = check_answers(sent, record)
     for flow in running:
         mine = [one for one in flow.sent if one.kind == "push"]
-        before = [one for one in mine if one.at < down]
-        during = [one for one in flow.sent if down < one.at < up_from]
-        assert before and all((one.status, one.body) == ACCEPTED for one in before), before
+        before = [one for one in mine if one.done < stopping]
+        during = [one for one in flow.sent if down < one.at and one.done < up_from]
+        assert before, flow.sent
+        assert [one for one in before if (one.status, one.body) != ACCEPTED] == [], "refused before the stop"
         # While the database was away its pushes were refused, and the requests that run nothing were
         # answered (check_answers: as usual).
         assert any(one.status == 503 for one in during if one.kind == "push"), during
