@@ -22,11 +22,14 @@ from test_serving import Server, wait_until
 
 # Appends `start|end <monotonic ns> <id> <replica> <pid>` to a file, one write each (O_APPEND: lines from
 # several processes never interleave), and between the two waits until the gate file exists (bounded by
-# the wait, in seconds), or, without a gate, `hold` seconds. CLOCK_MONOTONIC is one clock for every
+# the wait, in seconds), or, without a gate, `hold` seconds. The replica is the one that started this copy:
+# the folder its run owner (the command's parent) works in, since the run's argv and environment are the
+# admitting replica's, carried over to whichever replica claims it. CLOCK_MONOTONIC is one clock for every
 # process of the host, so times from commands and from the test compare.
 RUN_RECORDER = """
 import os, sys, time
-record, gate, wait, hold, run_id, replica = sys.argv[1:7]
+record, gate, wait, hold, run_id = sys.argv[1:6]
+replica = os.path.basename(os.readlink(f"/proc/{os.getppid()}/cwd"))
 def write(what):
     fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.write(fd, f"{what} {time.monotonic_ns()} {run_id} {replica} {os.getpid()}\\n".encode())
@@ -43,7 +46,6 @@ write("end")
 def recording_hook(
     hook_id: str,
     record: Path,
-    replica: str,
     gate: Path | None = None,
     wait: float = 120.0,
     hold: float = 0.0,
@@ -63,7 +65,6 @@ def recording_hook(
             string(wait),
             string(hold),
             {"source": "url", "name": "id"},
-            string(replica),
         ),
         "response-message": "accepted",
         **limits,

@@ -76,13 +76,13 @@ def node_loss(
     record: Path,
     gate: Path,
     targets: Sequence[str],
-    after_loss: Callable[[str], None],
+    after_loss: Callable[[str], str],
     loss: str,
 ) -> float:
     """Run r0 starts on one replica and holds the hook's one slot (its gate is shut); r1..r5 are pushed to
     `targets` in turn and wait. The replica running r0 is lost (`loss`: "node", every process of its tree,
     commands included; "hookrunner-only", its own processes, the command left running as an orphan);
-    `after_loss(its name)` runs. Once r0 starts again the gate opens and everything finishes. Checks what
+    `after_loss(its name)` runs and names the replica that must take r0 over. Once r0 starts there the gate opens and everything finishes. Checks what
     holds whatever the backend and returns the take-over's gap: from the kills to the second copy's start,
     in seconds."""
     assert push(fleet.replicas[targets[0]], "/hooks/serial?id=r0") == ACCEPTED
@@ -102,13 +102,13 @@ def node_loss(
         time.sleep(0.3)
         assert all(alive(pid) for pid in orphans), orphans  # left running: only a take-over may end them
         watch, killed = DeathWatch(orphans), {}
-    after_loss(victim)
+    taker = after_loss(victim)
     # Waited for well past the bound, so that a late take-over is measured and said, not just timed out.
     bound = LEASE[1] + GRACE[1] + TAKE_OVER_SLACK
     assert wait_until(lambda: len(copies(record)) == 2, timeout=bound + 20, interval=0.01), copies(record)
     first, second = copies(record)
     assert (first.run_id, first.replica, first.end) == ("r0", victim, None), first
-    assert second.run_id == "r0", second  # the run that was running is the first to run again
+    assert (second.run_id, second.replica) == ("r0", taker), second  # the lost run is the first to run again
     if watch is not None:
         # The take-over ends the orphaned copy (its pid and start time were recorded) before its own starts.
         ended = wait_until(lambda: first.pid in watch.seen, timeout=5)
@@ -138,7 +138,7 @@ def node_loss(
 
 def serial_hooks(record: Path, gate: Path) -> Callable[[str], list[dict[str, object]]]:
     def hooks(name: str) -> list[dict[str, object]]:
-        return [recording_hook("serial", record, name, gate, **{"max-concurrency": 1, "max-queue": 10})]
+        return [recording_hook("serial", record, gate, **{"max-concurrency": 1, "max-queue": 10})]
 
     return hooks
 
@@ -155,7 +155,11 @@ def test_a_lost_replica_s_run_is_taken_over_once_within_lease_and_grace(
     record, gate = tmp_path / "runs", tmp_path / "gate"
     fleet = postgres_fleet(tmp_path, servers, state_url, serial_hooks(record, gate))
     fleet.start("a", "b")
-    gap = node_loss(fleet, record, gate, ["a", "b"], after_loss=lambda victim: None, loss=loss)
+
+    def the_other(victim: str) -> str:
+        return "b" if victim == "a" else "a"
+
+    gap = node_loss(fleet, record, gate, ["a", "b"], after_loss=the_other, loss=loss)
     # Not before: the lost holder's lease was still good when it went, and the grace comes after it.
     assert GRACE[1] <= gap <= LEASE[1] + GRACE[1] + TAKE_OVER_SLACK, f"taken over {gap:.2f}s after the loss"
     print(f"take-over {gap:.2f}s after the loss (lease {LEASE[1]}s + grace {GRACE[1]}s)")
@@ -172,8 +176,9 @@ def test_harness_a_lost_replica_on_the_embedded_state_replays_its_run_when_start
     fleet = Fleet(tmp_path, servers, serial_hooks(record, gate), lambda name: ("-state-dir", state))
     fleet.start("a")
 
-    def start_again(victim: str) -> None:
+    def start_again(victim: str) -> str:
         fleet.start(victim)
+        return victim
 
     gap = node_loss(fleet, record, gate, ["a"], after_loss=start_again, loss=loss)
     assert 0 < gap <= 15, gap
@@ -197,7 +202,7 @@ def flow_hooks(record: Path) -> Callable[[str], list[dict[str, object]]]:
                 "match": {"type": "value", "value": "yes", "parameter": {"source": "url", "name": "go"}}
             },
         }
-        return [recording_hook("quick", record, name, hold=0.05), ruled]
+        return [recording_hook("quick", record, hold=0.05), ruled]
 
     return hooks
 
@@ -348,7 +353,7 @@ def docs_hooks(
     record: Path, gate: Path, limits: dict[str, object]
 ) -> Callable[[str], list[dict[str, object]]]:
     def hooks(name: str) -> list[dict[str, object]]:
-        return [recording_hook("docs", record, name, gate, **{"max-concurrency": 1, **limits})]
+        return [recording_hook("docs", record, gate, **{"max-concurrency": 1, **limits})]
 
     return hooks
 
