@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+import replica_support
 from failover_support import (
     Copy,
     DeathWatch,
@@ -51,10 +52,7 @@ ACCEPTED = (200, b"accepted")
 @pytest.fixture
 def state_url(pg_cluster: Cluster) -> str:
     """A new database on the session's cluster, as the postgresql:// URL `-state-url` takes."""
-    conninfo = pg_cluster.create_database()
-    found = re.search(r"dbname=(\S+)", conninfo)
-    assert found is not None, conninfo
-    return pg_cluster.url(found.group(1))
+    return replica_support.state_url(pg_cluster, pg_cluster.create_database())
 
 
 def postgres_fleet(
