@@ -22,7 +22,7 @@ from replica_support import (
     started_count,
     state_url,
 )
-from test_limits import python_command
+from test_limits import alive, python_command
 from test_run_processes import ESCAPE, marked, zombie_children
 from test_serving import HOOKRUNNER, HOOKRUNNER_TEST_FLAGS, Server, free_port, run_owner_pids, wait_until
 
@@ -193,3 +193,27 @@ def test_an_escaped_grandchild_is_ended_at_the_timeout_on_the_shared_state_too(
     assert marked(marker) == {}
     (owner,) = run_owner_pids(server.process.pid)
     assert wait_until(lambda: zombie_children(owner) == [], timeout=3), zombie_children(owner)
+
+
+def test_a_lost_lease_kills_the_command_at_once_with_one_line(
+    tmp_path: Path, servers: list[Server], pg_cluster: Cluster, pg_database: str
+) -> None:
+    pids = tmp_path / "pids"
+    code = "import os, sys, time; open(sys.argv[1], 'a').write(f'{os.getpid()}\\n'); time.sleep(60)"
+    hook = {"id": "long", **python_command(code, {"source": "string", "name": str(pids)})}
+    url = state_url(pg_cluster, pg_database)
+    flags = ("-state-lease", "1500ms", "-state-grace", "20s")
+    (server,) = start_replicas(tmp_path, servers, url, 1, lambda name: [hook], *flags)
+    assert server.request("POST", "/hooks/long")[0] == 200
+    assert wait_until(lambda: pids.exists() and pids.read_text().strip() != "", timeout=20)
+    pid = int(pids.read_text().split()[0])
+    assert alive(pid)
+    time.sleep(2)  # renewed past its first lease: still running
+    assert alive(pid), server.log
+    # Another replica took the run over (as after a lapsed lease): the next renewal is refused.
+    database = pg_database.split("dbname=")[1].split()[0]
+    pg_cluster.psql(database, "UPDATE hookrunner_runs SET attempt = attempt + 1, holder = 'other'")
+    taken = time.monotonic()
+    assert wait_until(lambda: not alive(pid), timeout=5), server.log
+    assert time.monotonic() - taken <= 1.5
+    assert server.log.count("its lease is lost; killing its processes") == 1, server.log
