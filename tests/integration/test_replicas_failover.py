@@ -81,9 +81,8 @@ def node_loss(
     `targets` in turn and wait. The replica running r0 is lost (`loss`: "node", every process of its tree,
     commands included; "hookrunner-only", its own processes, the command left running as an orphan);
     `after_loss(its name)` runs and names the replicas that may take r0 over. Once r0 starts on one of
-    them the gate opens and everything finishes. Checks what
-    holds whatever the backend and returns the take-over's gap: from the kills to the second copy's start,
-    in seconds."""
+    them the gate opens and everything finishes. Checks what holds whatever the backend and returns the
+    take-over's gap: from the kills to the second copy's start, in seconds."""
     assert push(fleet.replicas[targets[0]], "/hooks/serial?id=r0") == ACCEPTED
     assert wait_until(lambda: len(copies(record)) == 1, timeout=15), copies(record)
     victim = copies(record)[0].replica
