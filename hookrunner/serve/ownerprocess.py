@@ -58,7 +58,7 @@ def serve_runs(control: socket.socket, epoch: int) -> int:
     if config.state_url:
         _patch_for_the_network()
     runner = CommandRunner(config.command_timeout, config.max_concurrent_commands, adopt_orphans=True)
-    runner.find = ctx.registry.match
+    runner.find = lambda hook_id: ctx.registry.match(hook_id)  # the registry as it is when a claim comes
     waits = GreenWaits()
     runner.use(waits)
     owner = Owner(runner, waits.launch, epoch)
