@@ -304,8 +304,9 @@ def test_the_database_stopped_under_load_answers_503_then_recovers_without_a_res
         f"{len(ran)} pushes answered 200 and ran, {len(refused)} answered 503 (the slowest in {slowest:.2f}s)"
     )
     print(f"runs that ran twice (at least once allows it): {twice}")
-    # A refusal is quick: the client is told at once, not after the connection's timeout (5 s).
-    assert slowest < 3, slowest
+    # A refusal does not wait out a connection's timeout (connect_timeout=5 s): measured 0.01-1.5 s, the
+    # higher ones on a loaded machine.
+    assert slowest < 4.5, slowest
 
 
 def test_a_run_whose_lease_cannot_be_renewed_is_ended_before_anyone_may_take_it_over(
