@@ -110,19 +110,7 @@ class PostgresState:
     # --- transactions ---
 
     def _create_schema(self, conn: psycopg.Connection[Any]) -> None:
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(%s, 1)", (_CAP_LOCK,))
-            cur.execute(_SCHEMA)
-            cur.execute("SELECT max(version) FROM hookrunner_schema")
-            row = cur.fetchone()
-            version = row[0] if row else None
-            if version is None:
-                cur.execute("INSERT INTO hookrunner_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
-            elif version > SCHEMA_VERSION:
-                raise StateUnavailable(
-                    f"the database was written by a newer hookrunner (schema version {version}, this one "
-                    f"knows {SCHEMA_VERSION}); leaving it untouched"
-                )
+        create_schema(conn)
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
@@ -453,6 +441,25 @@ class PostgresState:
             if self._waiter is not None:
                 self._waiter.close()
                 self._waiter = None
+
+
+def create_schema(conn: psycopg.Connection[Any]) -> None:
+    """The run state's tables, in a transaction of their own under an advisory lock (two replicas starting
+    together do not race); StateUnavailable for a database written by a newer hookrunner (left untouched).
+    The run history's reader (state/pghistory.py) calls it too, before its own tables."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s, 1)", (_CAP_LOCK,))
+        cur.execute(_SCHEMA)
+        cur.execute("SELECT max(version) FROM hookrunner_schema")
+        row = cur.fetchone()
+        version = row[0] if row else None
+        if version is None:
+            cur.execute("INSERT INTO hookrunner_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+        elif version > SCHEMA_VERSION:
+            raise StateUnavailable(
+                f"the database was written by a newer hookrunner (schema version {version}, this one "
+                f"knows {SCHEMA_VERSION}); leaving it untouched"
+            )
 
 
 def _row(cur: psycopg.Cursor[Any]) -> tuple[Any, ...]:
