@@ -49,8 +49,11 @@ def hookrunner_version() -> str:
     (docs/performance.md, memory at rest). Any other kind of install asks importlib.metadata."""
     site = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        infos = [name for name in os.listdir(site)
-            if name.startswith("hookrunner-") and name.endswith(".dist-info")]
+        infos = [
+            name
+            for name in os.listdir(site)
+            if name.startswith("hookrunner-") and name.endswith(".dist-info")
+        ]
         if len(infos) == 1:
             with open(os.path.join(site, infos[0], "METADATA"), encoding="utf-8") as metadata:
                 for line in metadata:
@@ -324,6 +327,23 @@ def _key_pair_problem(cert: str, key: str) -> str:
     return ""
 
 
+def _state_reachable(config: Config) -> bool:
+    """Whether the shared run state (-state-url) can be used now, checked before anything is served, in a
+    child process: psycopg must not be loaded in the master, whose forks (the run owner) load it only after
+    gevent's patching. Its failure is one line on the log (state/opener.py's check_state)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            from hookrunner.state.opener import check_state
+
+            code = 0 if check_state(config) else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
@@ -474,6 +494,11 @@ def main(argv: list[str] | None = None) -> int:
             admin.sock.close()
         return 1
     assert listener is not None
+    if config.state_url and not _state_reachable(config):
+        listener.sock.close()
+        if admin is not None:
+            admin.sock.close()
+        return 1
     log.enabled = config.log_enabled
     log.access = config.access_log
 

@@ -280,6 +280,15 @@ FLAGS: tuple[Flag, ...] = (
         extension=True,
     ),
     Flag(
+        "state-replica",
+        "string",
+        "with -state-url, this replica's name, which names the runs it claims and its history events; "
+        "empty means the host name (the pod's name in Kubernetes)",
+        "state_replica",
+        "",
+        extension=True,
+    ),
+    Flag(
         "state-url",
         "string",
         "postgresql:// URL of the run state shared by every replica (caps, queues, coalescing, journal and "

@@ -16,19 +16,23 @@ from functools import partial
 from hookrunner.errors import CommandNotFound
 from hookrunner.golang.exec import start_problem
 from hookrunner.golang.strconv import quote as go_quote
-from hookrunner.golang.syscall import errno_text
+from hookrunner.golang.syscall import errno_text, exit_text
 from hookrunner.hooks.command import resolve_command
-from hookrunner.hooks.model import Hook
+from hookrunner.hooks.model import Hook, Limits
 from hookrunner.hooks.request import Request
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
+from hookrunner.run.claimed import NOT_STARTED, ClaimedRuns, Held
 from hookrunner.run.history import Recorder, Ticket
 from hookrunner.run.prepare import coalesce_group, inherited_environment, prepare
-from hookrunner.run.processes import ProcessTracker, end_previous_attempt
-from hookrunner.run.scheduler import Busy, Scheduler
+from hookrunner.run.processes import ProcessTracker, RunProcesses, end_previous_attempt
 from hookrunner.run.spawn import Exit, Listener, Output, StartSignal, Waits, start_process
 from hookrunner.run.tempfiles import create_temp, write_temp
+from hookrunner.state.backend import RunState, StateUnavailable
+from hookrunner.state.embedded import EmbeddedState
 from hookrunner.state.journal import Journal, JournalUnwritable, LeftOver, RunSpec, accepts_runs
+from hookrunner.state.model import Claim, Outcome, ProcessId
+from hookrunner.state.slots import Busy
 
 #: How long a background run's answer waits for its process to start, at most (the gevent worker). Under
 #: load the start waits for a core (the child's exec) behind everything else on the machine; past this the
@@ -42,24 +46,6 @@ _TIMED_OUT = "command timed out after"
 #: still come no faster than starts, and one run, not a backlog, is answered and not started. A lone push
 #: skips its start's wait, under load most of its answer's time (docs/limits.md, "A flooded neighbour").
 STARTS_AHEAD = 1
-
-#: How Go's syscall package words the signals a command most often dies of.
-_SIGNAL_TEXT = {
-    signal.SIGHUP: "hangup",
-    signal.SIGINT: "interrupt",
-    signal.SIGQUIT: "quit",
-    signal.SIGILL: "illegal instruction",
-    signal.SIGABRT: "aborted",
-    signal.SIGBUS: "bus error",
-    signal.SIGFPE: "floating point exception",
-    signal.SIGKILL: "killed",
-    signal.SIGUSR1: "user defined signal 1",
-    signal.SIGSEGV: "segmentation fault",
-    signal.SIGUSR2: "user defined signal 2",
-    signal.SIGPIPE: "broken pipe",
-    signal.SIGALRM: "alarm clock",
-    signal.SIGTERM: "terminated",
-}
 
 
 @dataclass(frozen=True)
@@ -77,17 +63,6 @@ class CommandResult:
     def timed_out(self) -> bool:
         """Ended at its command timeout (the error text _spawn gives it)."""
         return self.error is not None and self.error.startswith(_TIMED_OUT)
-
-
-def _exit_text(returncode: int) -> str:
-    if returncode >= 0:
-        return f"exit status {returncode}"
-    sig = -returncode
-    try:
-        name = _SIGNAL_TEXT.get(signal.Signals(sig), f"signal {sig}")
-    except ValueError:
-        name = f"signal {sig}"
-    return f"signal: {name}"
 
 
 class CommandRunner:
@@ -120,16 +95,20 @@ class CommandRunner:
         self.start_wait = START_WAIT
         self._lock = threading.Lock()
         self._processes: set[subprocess.Popen[bytes]] = set()
-        self._scheduler: Scheduler[CommandResult] = Scheduler(max_concurrent)
         # Set when shutdown gives up waiting: queued runs must not start commands the exiting process
         # would leave behind (each in a session of its own, nothing would end them).
         self._closing = False
-        #: The run journal (-state-dir), attached in the serving process; None: runs live in memory only.
-        self.journal: Journal | None = None
-        # The journal rows each pending run answers for: a coalesced request's row is finished by the run
-        # it was merged into.
-        self._journal_lock = threading.Lock()
-        self._journal_ids: dict[Future[CommandResult], list[int]] = {}
+        self._max_concurrent = max_concurrent
+        self._journal: Journal | None = None
+        #: A hook by id as the hooks are now: for runs this process did not admit (the journal's left-overs,
+        #: another replica's runs); the run owner sets its registry's.
+        self.find: Callable[[str], Hook | None] = lambda hook_id: None
+        # The journal's left-overs announced (logged, recorded) and not yet claimed: their hook and ticket.
+        self._replays: dict[int, tuple[Hook | None, str, Ticket | None]] = {}
+        #: Where runs are admitted, claimed and finished (run/claimed.py on a state/backend.py RunState).
+        self.runs = ClaimedRuns(self._embedded(None))
+        self.runs.foreign = self._foreign
+        self.runs.lose = self._lose
         #: The run history (-admin-addr; run/history.py), attached in the serving process; None: no records.
         self.history: Recorder | None = None
         #: Told a run's request id and process id once its process has started (the run owner, which tells
@@ -139,22 +118,61 @@ class CommandRunner:
     def use(self, waits: Waits) -> None:
         """Run and wait the way `waits` does (before any run is admitted)."""
         self.waits = waits
-        self._scheduler.launch = waits.launch if waits.launches else None
+        self.runs.waits = waits
+
+    def _embedded(self, journal: Journal | None) -> EmbeddedState:
+        owner = journal.owner if journal is not None else ""
+        limits = self._limits_of
+        return EmbeddedState(
+            journal, self._max_concurrent, owner, limits=limits, on_left_overs=self._left_overs
+        )
+
+    @property
+    def journal(self) -> Journal | None:
+        """The run journal (-state-dir), attached in the serving process; None: runs live in memory only."""
+        return self._journal
+
+    @journal.setter
+    def journal(self, journal: Journal | None) -> None:
+        """Attach (or detach) the journal, before any run is admitted: the embedded state is made anew."""
+        self._journal = journal
+        self.runs.state = self._embedded(journal)
+
+    def use_state(self, state: RunState) -> None:
+        """Admit, claim and finish through `state` (PostgreSQL's, shared by replicas), before any run."""
+        self._journal = None
+        self.runs.state = state
+
+    @property
+    def state(self) -> RunState:
+        return self.runs.state
 
     def accepts_runs(self) -> bool:
-        """Readiness: whether runs can be accepted now (the journal, with one, can be written)."""
-        return accepts_runs(self.journal)
+        """Readiness: whether runs can be accepted now (the journal, with one, can be written; the shared
+        state's database answers and takes writes)."""
+        if isinstance(self.runs.state, EmbeddedState):
+            return accepts_runs(self._journal)
+        return self.runs.state.ready()
 
     @property
     def running(self) -> int:
-        """Commands whose process is alive now."""
+        """Commands whose process is alive now (with a shared state: runs holding places, every replica's)."""
+        if not isinstance(self.runs.state, EmbeddedState):
+            return self._counts()[0]
         with self._lock:
             return len(self._processes)
 
     @property
     def queued(self) -> int:
         """Runs admitted but waiting for a free slot."""
-        return self._scheduler.queued
+        return self._counts()[1]
+
+    def _counts(self) -> tuple[int, int]:
+        try:
+            counts = self.runs.state.counts()
+        except StateUnavailable:
+            return 0, 0
+        return counts.running, counts.queued
 
     def submit(
         self, hook: Hook, req: Request, started_first: bool = False, on_output: Listener | None = None
@@ -174,8 +192,8 @@ class CommandRunner:
         started = self.waits.event()
         self._start_waiters[req.id] = started
         try:
-            future, how = self._submit(hook, req, on_output)
-            if how == "started" and not self._scheduler.in_line(future):  # in the cap's line: answered now
+            future, how, now = self._admit(hook, prepare(hook, req), coalesce_group(hook, req), on_output)
+            if now:  # in the cap's line (not claimed yet): answered now
                 if len(self._ahead) >= STARTS_AHEAD:
                     started.wait(self.start_wait)
                 if req.id in self._start_waiters:  # not started yet: answered ahead of its start
@@ -201,95 +219,119 @@ class CommandRunner:
     ) -> tuple[Future[CommandResult], str]:
         """Admit a run prepared elsewhere (the run owner's, from a worker's `run` message: run/owner.py) of
         coalesce group `group`, as submit() does; returns its future and how it was admitted."""
-        journal = self.journal
+        future, how, _ = self._admit(hook, spec, group, on_output)
+        return future, how
+
+    def _admit(
+        self, hook: Hook, spec: RunSpec, group: str | None, on_output: Listener | None
+    ) -> tuple[Future[CommandResult], str, bool]:
+        """Admit through the run state (with a journal, the run is written down first); returns the future,
+        how, and whether the run holds its claim now. Raises Busy, JournalUnwritable or StateUnavailable."""
         ticket = self.history.ticket(spec.request_id, hook.id) if self.history is not None else None
-        # With a journal the run is written down first.
+
+        def work(claim: Claim, held: Held) -> tuple[CommandResult, str]:
+            # A coalesced request's run starts with the newest request's work (its hook, ticket, stream).
+            result = self._claimed_run(hook, claim, held, ticket, on_output)
+            return result, result.error or "exit status 0"
+
         try:
-            run_id = journal.record(spec) if journal is not None and journal.enabled else None
-        except JournalUnwritable:
-            _refused(ticket, "not run: the run journal cannot be written (503)")
-            raise
-        try:
-            future, how = self._scheduler.submit(
-                hook.id,
-                hook.limits,
-                lambda: self._journaled_run(hook, spec, run_id, ticket, on_output),
-                group=group,
-            )
+            future, how, now = self.runs.admit(spec, hook.limits, group, work)
         except Busy:
-            if journal is not None and run_id is not None:
-                journal.finished([run_id], "not run: busy")
             _refused(ticket)
+            raise
+        except StateUnavailable as exc:
+            if isinstance(exc.__cause__, JournalUnwritable):
+                _refused(ticket, "not run: the run journal cannot be written (503)")
+                raise exc.__cause__ from None
+            _refused(ticket, "not run: the run state is unavailable (503)")
             raise
         if how != "started":
             log.request(spec.request_id, f"{hook.id} is at its concurrency limit; run {how}")
-        self._track(future, run_id, how)
-        _admitted(ticket, future, how)
-        return future, how
+        result: Future[CommandResult] = future  # type: ignore[assignment]
+        _admitted(ticket, result, how)
+        return result, how, now
 
-    def replay(self, left_overs: list[LeftOver], find: Callable[[str], Hook | None]) -> int:
-        """Admit the runs a previous process left unfinished, oldest first, under the limits of their hooks
-        as they are now; returns how many were admitted. What is still running of a run's previous attempt
-        is ended first, on the run's place under its hook's limits, so that no two copies run at once."""
-        journal = self.journal
-        if journal is None:
-            return 0
-        replayed = 0
+    def claim_now(self) -> int:
+        """Start what the run state lets this process start now (at start: the journal's left-overs)."""
+        return self.runs.claim_now()
+
+    def _limits_of(self, hook_id: str) -> Limits:
+        hook = self.find(hook_id)
+        return hook.limits if hook is not None else Limits()
+
+    def _left_overs(self, left_overs: list[LeftOver]) -> None:
+        """The journal's left-overs, claimed by the embedded state: each is announced now (the log, the run
+        history), in the journal's order, and run once its places are free."""
+        if left_overs:
+            log.output(f"run journal: {len(left_overs)} unfinished run(s) left by a stopped hookrunner")
         for left in left_overs:
-            spec = left.spec
-            hook = find(spec.hook_id)
-            run_id = left.run_id
-            history = self.history
-            ticket = history.ticket(spec.request_id, spec.hook_id) if history is not None else None
-            if hook is None or not hook.replay:
-                why = "no such hook" if hook is None else "replay is false"
-                log.output(
-                    f"not replaying run {run_id} of hook {spec.hook_id}: "
-                    + ("no such hook any more" if hook is None else "the hook has replay: false")
-                )
-                if left.processes:
-                    # Its output has no reader and its timeout no keeper any more: it is ended all the same.
-                    threading.Thread(
-                        target=self._end_previous, args=(left,), name="end-previous", daemon=True
-                    ).start()
-                journal.finished([run_id], f"not replayed: {why}")
-                _refused(ticket, f"not replayed: {why}")
-                continue
-            log.output(f"replaying run {run_id} of hook {hook.id}, accepted at {_utc(left.accepted_at)}")
+            self._replays[left.run_id] = self._announce(left.run_id, left.spec, left.accepted_at, True)
+
+    def _announce(
+        self, run_id: int, spec: RunSpec, accepted_at: float, replayed: bool
+    ) -> tuple[Hook | None, str, Ticket | None]:
+        """A run this process did not admit: its hook now, why it will not run ("": it will), its ticket."""
+        hook = self.find(spec.hook_id)
+        history = self.history
+        ticket = history.ticket(spec.request_id, spec.hook_id) if history is not None else None
+        if hook is None or (replayed and not hook.replay):
+            why = "no such hook" if hook is None else "replay is false"
+            log.output(
+                f"not replaying run {run_id} of hook {spec.hook_id}: "
+                + ("no such hook any more" if hook is None else "the hook has replay: false")
+            )
+            _refused(ticket, f"not replayed: {why}")
+            return hook, why, None
+        if replayed:
+            log.output(f"replaying run {run_id} of hook {hook.id}, accepted at {_utc(accepted_at)}")
             if history is not None:
-                history.replaying(spec.request_id, spec.hook_id, left.accepted_at)
+                history.replaying(spec.request_id, spec.hook_id, accepted_at)
             metrics.record_journal("replayed")
+        if ticket is not None:
+            ticket.admitted("replayed" if replayed else "started")
+        return hook, "", ticket
 
-            def again(
-                hook: Hook = hook, left: LeftOver = left, ticket: Ticket | None = ticket
-            ) -> CommandResult:
-                self.waits.offload(self._end_previous, left)
-                return self._journaled_run(hook, left.spec, left.run_id, ticket)
+    def _foreign(self, claim: Claim, held: Held) -> str:
+        """Run a claim of a run this process did not admit: a journal's left-over, a run taken over after its
+        holder's lease and grace, or another replica's queued run; the status its finish records."""
+        announced = self._replays.pop(claim.run_id, None)
+        if announced is None:
+            announced = self._announce(claim.run_id, claim.spec, claim.accepted_at, claim.replayed)
+        hook, why, ticket = announced
+        if hook is None or why:
+            # Its output has no reader and its timeout no keeper any more: it is ended all the same.
+            self.waits.offload(self._end_previous, claim.run_id, claim.previous)
+            status = f"not replayed: {why}"
+            self.runs.state.refuse(claim, Outcome(status))
+            return status
+        return self._claimed_run(hook, claim, held, ticket).error or "exit status 0"
 
-            future, how = self._scheduler.submit(hook.id, hook.limits, again, admitted=True)
-            self._track(future, run_id, how)
-            _admitted(ticket, future, "replayed")
-            replayed += 1
-        return replayed
+    def _lose(self, held: Held) -> None:
+        """A claim lost with its lease: its processes are killed at once (another replica may run it)."""
+        if isinstance(held.handle, RunProcesses):
+            self._tracker.end([held.handle], 0.0, self.waits.sleep)
 
-    def _end_previous(self, left: LeftOver) -> None:
-        if not left.processes:
+    def _end_previous(self, run_id: int, previous: tuple[ProcessId, ...]) -> None:
+        if not previous:
             return
-        ended = end_previous_attempt(left.processes, self.kill_grace)
+        ended = end_previous_attempt(previous, self.kill_grace)
         if ended:
             pids = " ".join(str(process.pid) for process in ended)
-            log.output(f"run {left.run_id}: ended what still ran of its previous attempt (pids {pids})")
+            log.output(f"run {run_id}: ended what still ran of its previous attempt (pids {pids})")
 
-    def _journaled_run(
+    def _claimed_run(
         self,
         hook: Hook,
-        spec: RunSpec,
-        run_id: int | None,
+        claim: Claim,
+        held: Held | None,
         ticket: Ticket | None = None,
         on_output: Listener | None = None,
     ) -> CommandResult:
+        spec = claim.spec
         try:
-            return self.execute(hook, spec, run_id, ticket, on_output)
+            if claim.previous:
+                self.waits.offload(self._end_previous, claim.run_id, claim.previous)
+            return self.execute(hook, spec, held, ticket, on_output)
         except Exception as exc:  # noqa: BLE001 - a background command must never die silently
             log.request(spec.request_id, f"error running command: {exc}")
             return CommandResult(b"", str(exc))
@@ -303,32 +345,6 @@ class CommandRunner:
         if waiter is not None:
             waiter.set()
 
-    def _track(self, future: Future[CommandResult], run_id: int | None, how: str) -> None:
-        """Finish `run_id`'s row when `future` (its run, or the run it was coalesced into) is done."""
-        if run_id is None:
-            return
-        with self._journal_lock:
-            ids = self._journal_ids.get(future)
-            if ids is not None:
-                ids.append(run_id)
-                return
-            self._journal_ids[future] = [run_id]
-        future.add_done_callback(self._journal_done)
-
-    def _journal_done(self, future: Future[CommandResult]) -> None:
-        with self._journal_lock:
-            ids = self._journal_ids.pop(future, [])
-            closing = self._closing
-        if closing or self.journal is None:
-            # Shutdown gave up on these runs (killed, or never started): left unfinished, to be replayed.
-            return
-        exc = future.exception()
-        if exc is not None:
-            status = f"error: {type(exc).__name__}"
-        else:
-            status = future.result().error or "exit status 0"
-        self.journal.finished(ids, status)
-
     def start(self, hook: Hook, req: Request) -> None:
         """Run in the background (webhook's `go handleHook`); raises Busy like submit."""
         self.submit(hook, req, started_first=True)
@@ -341,26 +357,26 @@ class CommandRunner:
         self,
         hook: Hook,
         spec: RunSpec,
-        run_id: int | None = None,
+        held: Held | None = None,
         ticket: Ticket | None = None,
         on_output: Listener | None = None,
     ) -> CommandResult:
-        """Run a prepared run (from a request, or replayed from the journal) and wait for it; `run_id`: its
-        journal row, where its processes are recorded; its record in the run history (`ticket`) is told
+        """Run a prepared run (from a request, or replayed from the journal) and wait for it; `held`: its
+        claim, on which its processes are recorded; its record in the run history (`ticket`) is told
         when it starts, as its output comes (the live log) and when it ends; `on_output`, each chunk of
         its output as it is read."""
         if ticket is None:
-            return self._execute(hook, spec, run_id, on_output)
+            return self._execute(hook, spec, held, on_output)
         ticket.started(spec)
         result = CommandResult(b"", "error running command")
         try:
-            result = self._execute(hook, spec, run_id, _both(ticket.output, on_output))
+            result = self._execute(hook, spec, held, _both(ticket.output, on_output))
         finally:
             ticket.finished(result.output, result.error, cancelled=self._closing)
         return result
 
     def _execute(
-        self, hook: Hook, spec: RunSpec, run_id: int | None = None, on_output: Listener | None = None
+        self, hook: Hook, spec: RunSpec, held: Held | None = None, on_output: Listener | None = None
     ) -> CommandResult:
         rid = spec.request_id
         try:
@@ -407,7 +423,7 @@ class CommandRunner:
             )
         timeout = hook.command_timeout or self.command_timeout
         started = time.monotonic()
-        output, error = self._spawn(path, argv, env, cwd or None, timeout, rid, run_id, on_output)
+        output, error = self._spawn(path, argv, env, cwd or None, timeout, rid, held, on_output)
         metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
         if log.wants("command_output"):
             text = output.decode("utf-8", "replace")
@@ -431,17 +447,16 @@ class CommandRunner:
         cwd: str | None,
         timeout: float,
         rid: str,
-        run_id: int | None = None,
+        held: Held | None = None,
         on_output: Listener | None = None,
     ) -> tuple[bytes, str | None]:
         with self._lock:
             if self._closing:
-                return b"", "not started: hookrunner is shutting down"
+                return b"", NOT_STARTED
         problem = start_problem(path, argv, [f"{key}={value}" for key, value in env.items()], cwd or "")
         if problem is not None:
             return b"", problem
-        journal = self.journal if run_id is not None else None
-        found = None if journal is None else (lambda process: journal.add_process(run_id or 0, process))
+        found = held.found if held is not None else None
         try:
             # Starting blocks until the child execs: off the gevent worker's loop, on a native thread.
             spawn = partial(start_process, path, argv, env, cwd)
@@ -450,8 +465,8 @@ class CommandRunner:
             return b"", f"fork/exec {path}: {errno_text(exc)}"
         except ValueError:  # what start_problem did not foresee: Go's fork fails with EINVAL for it
             return b"", f"fork/exec {path}: invalid argument"
-        if journal is not None and run_id is not None:
-            journal.started(run_id, run.leader)
+        if held is not None:
+            held.started(run.leader, run)
         with self._lock:
             self._processes.add(process)
             closing = self._closing
@@ -492,9 +507,9 @@ class CommandRunner:
             with self._lock:
                 self._processes.discard(process)
         if timed_out:
-            return output.data, f"{_TIMED_OUT} {timeout:g}s ({_exit_text(process.returncode)})"
+            return output.data, f"{_TIMED_OUT} {timeout:g}s ({exit_text(process.returncode)})"
         if process.returncode != 0:
-            return output.data, _exit_text(process.returncode)
+            return output.data, exit_text(process.returncode)
         return output.data, None
 
     def _is_closing(self) -> bool:
@@ -506,13 +521,14 @@ class CommandRunner:
     def shutdown(self, grace: float) -> None:
         """Wait up to `grace` seconds for running and queued commands, then kill what is left: every process
         of every running run, those that left its process group included."""
-        if self._scheduler.wait_idle(max(grace, 0.0), self.waits.sleep if self.waits.launches else None):
+        if self.runs.wait_idle(max(grace, 0.0), self.waits.sleep if self.waits.launches else None):
             return
         with self._lock:
             self._closing = True
             leftovers = list(self._processes)
         if self.history is not None:
             self.history.cancel_open("cancelled: hookrunner stopped before it ended (-shutdown-timeout)")
+        self.runs.close(lambda: CommandResult(b"", NOT_STARTED))
         for process in leftovers:
             log.output(f"shutdown: killing the process group of command {process.pid}")
         self._tracker.end(self._tracker.runs, 0.0, self.waits.sleep)

@@ -51,7 +51,7 @@ from hookrunner.run.runorder import RunOrder, run_order
 from hookrunner.run.spawn import Waits
 from hookrunner.run.wire import EVENT, Message, PeerGone, WireError
 from hookrunner.state.backend import StateUnavailable
-from hookrunner.state.journal import JournalUnwritable, accepts_runs
+from hookrunner.state.journal import JournalUnwritable
 from hookrunner.state.slots import Busy
 
 #: How runs the owner's readers and flushers apart from the caller: a thread, or a greenlet on the owner's
@@ -380,7 +380,7 @@ class Owner:
             if not isinstance(number, int) or isinstance(number, bool):
                 return
             if message.kind == "ready":
-                connection.send(Message("ready", {"id": number, "ok": accepts_runs(self.runner.journal)}))
+                connection.send(Message("ready", {"id": number, "ok": self.runner.accepts_runs()}))
                 return
             # Apart from this reader, which another connection's scrape may be waiting for meanwhile.
             self._spawn(lambda: self._scrape(connection, number))

@@ -4,10 +4,16 @@ and its left-overs replayed, here alone; the run history fed to the admin listen
 metrics and every worker's requests counted here (step 8); and the master's control channel read on the
 same loop. serve/runowner.py forks this process and calls `serve_runs` once the process is set up.
 
-The loop patches nothing, as the gevent worker's does not (serve/greenworker.py): every wait of the runs
-and connections goes through `GreenWaits`, and blocking work (a process's start) runs on the loop's pool
-of native threads. A backend that waits on the network (PostgreSQL, issue 33) will need gevent's patching
-before its driver is imported (docs/run-state.md, "gevent"); the embedded backend needs none."""
+Every run is admitted, claimed and finished through the run state (run/claimed.py on state/backend.py's
+RunState): the embedded one, with the journal when -state-dir is set, or, with -state-url, PostgreSQL's,
+shared by every replica, whose leases are renewed here and whose new work (another replica's, a lapsed
+lease's) is waited for on the loop.
+
+With the embedded state the loop patches nothing, as the gevent worker's does not (serve/greenworker.py):
+every wait of the runs and connections goes through `GreenWaits`, and blocking work (a process's start)
+runs on the loop's pool of native threads. With -state-url, gevent's patching (socket, select, time,
+threading) is applied first, before psycopg is imported, so that its waits are the loop's
+(docs/run-state.md, "gevent")."""
 
 from __future__ import annotations
 
@@ -43,7 +49,10 @@ def serve_runs(control: socket.socket, epoch: int) -> int:
     status."""
     gevent.reinit()  # the master may have made a loop before it forked (it builds the app with -workers)
     config = ctx.config
+    if config.state_url:
+        _patch_for_the_network()
     runner = CommandRunner(config.command_timeout, config.max_concurrent_commands, adopt_orphans=True)
+    runner.find = ctx.registry.match
     waits = GreenWaits()
     runner.use(waits)
     owner = Owner(runner, waits.launch, epoch)
@@ -51,8 +60,11 @@ def serve_runs(control: socket.socket, epoch: int) -> int:
         owner.exposition = metrics.enable(ctx.registry, runner).host_exposition
         owner.count = metrics.count_request
     feed = _start_history(runner) if ctx.history_feed else None
-    if config.state_dir and not _start_journal(runner, epoch):
+    if config.state_url:
+        _start_shared_state(runner)
+    elif config.state_dir and not _start_journal(runner, epoch):
         return JOURNAL_FAILED
+    gevent.spawn(runner.runs.watch)
     stop = gevent.event.Event()
     gevent.signal_handler(signal.SIGTERM, stop.set)
     control.setblocking(False)
@@ -62,8 +74,7 @@ def serve_runs(control: socket.socket, epoch: int) -> int:
     # runs. What still runs is ended; with a journal its rows stay, to be replayed at the next start.
     runner.shutdown(0)
     owner.close()
-    if runner.journal is not None:
-        runner.journal.close()
+    runner.state.close()  # the journal's, or the database's connections
     if feed is not None:
         feed.flush(1.0)
     return 0
@@ -108,16 +119,36 @@ def _start_journal(runner: CommandRunner, epoch: int) -> bool:
         # as they are now, as a worker's replacement does.
         ctx.registry.reload_all()
 
-    def claim() -> None:
-        left_overs = journal.claim_left_overs()
-        if left_overs is None:  # a full disk: claimed by the next run the journal records, before it
-            journal.claim_later = claim
-        elif left_overs:
-            log.output(f"run journal: {len(left_overs)} unfinished run(s) left by a stopped hookrunner")
-            runner.replay(left_overs, ctx.registry.match)
-
-    claim()
+    # The left-overs are the state's first claims (a full disk: claimed again by a later look).
+    runner.claim_now()
     return True
+
+
+def _patch_for_the_network() -> None:
+    """gevent's patching of what psycopg waits with, before psycopg is imported (-state-url only)."""
+    from gevent import monkey
+
+    monkey.patch_socket()
+    monkey.patch_select()
+    monkey.patch_time()
+    monkey.patch_thread()
+
+
+def _start_shared_state(runner: CommandRunner) -> None:
+    """PostgreSQL's run state (-state-url), shared by every replica: runs admitted, claimed and finished
+    in the database, each history event recorded there (naming this replica), the leases of the runs
+    this replica runs renewed every third of -state-lease."""
+    from hookrunner.run.executor import CommandResult
+    from hookrunner.state.opener import open_state, replica_name
+
+    config = ctx.config
+    state = open_state(config, replica_name(config), url=config.state_url)
+    runner.use_state(state)
+    runner.runs.ended_elsewhere = lambda status: CommandResult(
+        b"", None if status == "exit status 0" else status
+    )
+    runner.history = Recorder(state.record, config.history_output)
+    gevent.spawn(runner.runs.keep_leases, config.state_lease)
 
 
 def _start_history(runner: CommandRunner) -> FeedClient:

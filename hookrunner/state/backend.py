@@ -98,6 +98,11 @@ class RunState(Protocol):
         otherwise."""
         ...
 
+    def outcomes(self, run_ids: Sequence[int]) -> dict[int, str]:
+        """The outcomes (finish's statuses) of those of `run_ids` that are over, whoever ran them: a process
+        whose request waits for a run another replica claimed learns its end here. Embedded: none ({})."""
+        ...
+
     def wake(self) -> Waiter:
         """What to wait on for new claimable work: a local event (embedded); LISTEN/NOTIFY with polling as
         the fallback (PostgreSQL)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from hookrunner.hooks.model import Limits
 from hookrunner.state.backend import StateUnavailable
-from hookrunner.state.journal import Journal, JournalUnwritable, accepts_runs
+from hookrunner.state.journal import Journal, JournalUnwritable, LeftOver, accepts_runs
 from hookrunner.state.model import (
     FOREVER,
     Admission,
@@ -136,15 +136,19 @@ class EmbeddedState:
         replica: str = "",
         feed: Callable[[Event], None] = _no_feed,
         limits: Callable[[str], Limits] = _no_limits,
+        on_left_overs: Callable[[list[LeftOver]], None] | None = None,
     ) -> None:
         """`journal`: the run journal, owned from now on (closed by close()); None: nothing durable.
         `max_running`: -max-concurrent-commands. `replica`: the host's boot id. `feed`: where record() sends
         the history's events. `limits`: a hook's limits now, for the journal's left-overs (replayed under
-        them, past their queue's bound)."""
+        them, past their queue's bound). `on_left_overs`: told the journal's left-overs once claimed, in the
+        journal's order, before any of them is handed out (the run owner announces them: the log, the run
+        history), under this state's lock: it must not call back into this state."""
         self.replica = replica
         self._journal = journal
         self._feed = feed
         self._limits = limits
+        self._on_left_overs = on_left_overs
         self._lock = threading.Lock()
         self._slots: Slots[_Run] = Slots(max_running)
         self._runs: dict[int, _Run] = {}
@@ -215,6 +219,8 @@ class EmbeddedState:
         if left_overs is None:  # the disk refused the claim: tried again by a later call
             return
         self._replay_due = False
+        if self._on_left_overs is not None:
+            self._on_left_overs(left_overs)
         for left in left_overs:
             entry = _Run(
                 left.run_id,
@@ -290,6 +296,10 @@ class EmbeddedState:
             self._claimable.append(nxt)
             self._wake.set()
         return [entry.run_id, *entry.folded]
+
+    def outcomes(self, run_ids: Sequence[int]) -> dict[int, str]:
+        """As RunState.outcomes: no other process runs this state's runs, so none ends elsewhere."""
+        return {}
 
     # --- what the owner reads ---
 

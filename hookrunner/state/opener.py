@@ -6,12 +6,14 @@ an import circle, and state/embedded.py should not know PostgreSQL."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from typing import Any
 
 from hookrunner.config import Config
 from hookrunner.errors import HookrunnerError
 from hookrunner.hooks.model import Limits
+from hookrunner.ops.log import log
 from hookrunner.state.backend import RunState
 from hookrunner.state.embedded import EmbeddedState
 from hookrunner.state.journal import Journal
@@ -54,6 +56,32 @@ def resolve_state_url(config: Config) -> str:
     return url
 
 
+def replica_name(config: Config) -> str:
+    """This replica's name with a shared run state: -state-replica, or the host's name (a pod's name)."""
+    return config.state_replica or socket.gethostname()
+
+
+def check_state(config: Config) -> bool:
+    """Whether the shared run state at config.state_url can be used now (reached, and taking writes): one
+    attempt, its failure told in one line that never holds the password (the backend's own line, or one
+    naming only the kind of error). Run in a child process of its own at start (psycopg must not be loaded
+    in the master: the run owner applies gevent's patching before it loads it)."""
+    try:
+        state = open_state(config, replica_name(config), url=config.state_url)
+    except StateURLError as err:
+        log.output(f"error setting up the run state: {err}")
+        return False
+    try:
+        if not state.ready():
+            return False
+    except Exception as exc:  # noqa: BLE001 - a malformed URL, say: named by kind only (it may hold the password)
+        log.output(f"error setting up the run state: the database cannot be used ({type(exc).__name__})")
+        return False
+    finally:
+        state.close()
+    return True
+
+
 def open_state(
     config: Config,
     boot_id: str,
@@ -65,8 +93,9 @@ def open_state(
     `config.state_dir` when set (raises state.journal.JournalError when it cannot be used); `boot_id` is who
     claims, `feed` where the history's events go, `limits` a replayed run's hook's limits now. With a
     `postgresql://` (or `postgres://`) URL: PostgresState on that database, `boot_id` then naming this
-    replica (its history events go to the database; `feed` and `limits` are not used: each run's row keeps
-    its hook's limits). Raises StateURLError for any other URL, or when psycopg is not installed."""
+    replica, with -state-lease and -state-grace (its history events go to the database; `feed` and
+    `limits` are not used: each run's row keeps its hook's limits). Raises StateURLError for any other URL,
+    or when psycopg is not installed."""
     if not url:
         journal = Journal(config.state_dir, boot_id, config.state_keep) if config.state_dir else None
         hooks: dict[str, Any] = {"feed": feed, "limits": limits}
@@ -81,4 +110,6 @@ def open_state(
         raise StateURLError(
             f"a postgresql:// run state needs the postgres extra (pip install 'hookrunner[postgres]'): {exc}"
         ) from None
-    return PostgresState(url, boot_id, config.max_concurrent_commands)
+    return PostgresState(
+        url, boot_id, config.max_concurrent_commands, lease=config.state_lease, grace=config.state_grace
+    )

@@ -376,6 +376,18 @@ class PostgresState:
         self._promote(cur, hook)
         self._notify(cur)
 
+    def outcomes(self, run_ids: Sequence[int]) -> dict[int, str]:
+        """The outcomes of those of `run_ids` that are over, by id, whichever replica ran them (a replica
+        whose request waits for a run another replica claimed learns its end here). One read."""
+        if not run_ids:
+            return {}
+        with self._transaction() as cur:
+            cur.execute(
+                "SELECT id, outcome FROM hookrunner_runs WHERE id = ANY(%s) AND state = 'done'",
+                (list(run_ids),),
+            )
+            return {int(run_id): str(outcome) for run_id, outcome in cur.fetchall()}
+
     # --- waiting, counting, readiness, history ---
 
     def wake(self) -> Listener:

@@ -177,10 +177,11 @@ def test_replayed_runs_and_refused_replays(runner: tuple[CommandRunner, Collecte
     previous.close()
     sink.store = HistoryStore(str(tmp_path / "state" / "journal.sqlite3"))
     assert sink.store.run("old1")["outcome"] == "cancelled"  # type: ignore[index]
-    run.journal = Journal(str(tmp_path / "state"), "new-boot")
-    left = run.journal.claim_left_overs()
     hooks = {"h": python_hook("h", "print('again')")}
-    assert run.replay(left, hooks.get) == 1
+    run.find = hooks.get
+    run.journal = Journal(str(tmp_path / "state"), "new-boot")
+    # The left-overs are the run state's first claims: both claimed, the one whose hook is gone refused.
+    assert run.claim_now() == 2
     assert _wait_for(lambda: (sink.store.run("old1") or {}).get("outcome") == "ok")
     runs = [(r["id"], r["kind"], r["outcome"]) for r in sink.store.runs()]
     assert ("old1", "replayed", "ok") in runs

@@ -235,14 +235,23 @@ class _UnwritableJournal:
     def writable(self) -> bool:
         return self.can_write
 
-    def started(self, run_id: int, leader: object) -> None:
-        pass
+    owner = "this-boot"
 
-    def add_process(self, run_id: int, process: object) -> None:
-        pass
+    def claim_left_overs(self) -> list[object]:
+        return []
 
-    def finished(self, run_ids: list[int], exit_status: str) -> None:
+    def started(self, run_id: int, leader: object, attempt: int | None = None) -> bool:
+        return True
+
+    def add_process(self, run_id: int, process: object, attempt: int | None = None) -> bool:
+        return True
+
+    def finished(self, run_ids: list[int], exit_status: str, attempt: int | None = None) -> bool:
         self.finishes = (run_ids, exit_status)
+        return True
+
+    def close(self) -> None:
+        pass
 
 
 def test_a_run_the_journal_cannot_record_is_503_with_retry_after_and_readiness_follows(tmp_path: Path) -> None:

@@ -1,0 +1,303 @@
+"""A run's life on a claim of the run state (docs/run-state.md, "The seam"): a run is admitted by the
+RunState (state/backend.py), which answers with a claim (start now), a place in a queue or the cap's line,
+a coalescing into a waiting run, or Busy; a run starts only on a claim, and its end is the claim's
+`finish`, followed by `claims()` for the runs its places went to. The same path serves the embedded state
+(one host) and PostgreSQL (every replica): runs this process admitted wait here on their futures, and a
+claim of a run it did not admit (the journal's left-overs, another replica's run, a run taken over after
+a lapsed lease) is run by `foreign`. With a shared state the claims' leases are renewed, and a claim the
+state says is lost, or cannot renew in time, has its processes killed at once (`lose`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from hookrunner.hooks.model import Limits
+from hookrunner.ops.log import log
+from hookrunner.run.spawn import Waits
+from hookrunner.state.backend import RunState, StateUnavailable
+from hookrunner.state.model import FOREVER, Claim, Outcome, ProcessId, RunSpec
+from hookrunner.state.slots import COALESCED, STARTED
+
+#: How many runs one claims() may hand out at once.
+CLAIM_BATCH = 64
+
+#: What the runs waiting here get when the process stops before they start.
+NOT_STARTED = "not started: hookrunner is shutting down"
+
+
+@dataclass(eq=False)
+class Held:
+    """A claimed run while this process runs it: its claim, the processes it recorded, and (once started)
+    the tracker's handle on them, for a lost lease's kill."""
+
+    claim: Claim
+    state: RunState
+    processes: list[ProcessId] = field(default_factory=list)
+    handle: object | None = None
+    #: When the lease runs out by this process's clock (monotonic); renewed by the lease keeper.
+    deadline: float = FOREVER
+    lost: bool = False
+
+    def started(self, leader: ProcessId, handle: object) -> None:
+        """The attempt's leader has started: recorded on the claim (a later attempt ends it first)."""
+        self.handle = handle
+        self.processes = [leader]
+        self._record()
+
+    def found(self, process: ProcessId) -> None:
+        """A process of the run found outside the leader's group: recorded with the others."""
+        self.processes.append(process)
+        self._record()
+
+    def _record(self) -> None:
+        try:
+            if not self.state.started(self.claim, list(self.processes)):
+                log.output(f"run {self.claim.run_id}: its claim is no longer this process's")
+        except StateUnavailable:
+            pass  # the renewal decides: a claim that cannot be kept has its processes killed
+
+
+#: What runs a claimed run: the claim and its Held; returns the run's result and the status its finish
+#: records.
+Work = Callable[[Claim, Held], tuple[object, str]]
+
+
+@dataclass(eq=False)
+class _Waiting:
+    """A run admitted here that waits for its claim: its future, and the work of the newest request folded
+    into it (a coalesced request's run starts with the newest request's)."""
+
+    future: Future[object]
+    work: Work
+
+
+class ClaimedRuns:
+    """The runs of one process on a RunState; see the module's docstring."""
+
+    def __init__(self, state: RunState, waits: Waits | None = None) -> None:
+        self.state = state
+        self.waits = waits or Waits()
+        #: Runs a claim this process did not admit (replays, other replicas' runs); returns its status.
+        self.foreign: Callable[[Claim, Held], str] = lambda claim, held: "not run: no runner"
+        #: Kills a lost claim's processes at once.
+        self.lose: Callable[[Held], None] = lambda held: None
+        #: The result a run waiting here gets when another replica ran it, from the status it finished with.
+        self.ended_elsewhere: Callable[[str], object] = lambda status: status
+        self._lock = threading.Lock()
+        self._waiting: dict[int, _Waiting] = {}
+        self._held: dict[int, Held] = {}
+        self._admitting = 0  # admits under way: a claim of an unknown run may be one of theirs
+        self._early: dict[int, Claim] = {}  # claims of runs whose admit has not registered them yet
+        self._closing = False
+        self._idle = threading.Condition(self._lock)
+
+    # --- admitting ---
+
+    def admit(
+        self, spec: RunSpec, limits: Limits, group: str | None, work: Work, accepted_at: float | None = None
+    ) -> tuple[Future[object], str, bool]:
+        """Admit `spec` through the state; returns the future of the run that stands for it, how it was
+        admitted (started, queued or coalesced) and whether it holds a claim now (False in the cap's line).
+        Raises Busy or StateUnavailable as the state does (nothing is kept)."""
+        with self._lock:
+            self._admitting += 1
+        try:
+            admission = self.state.admit(
+                spec, limits, group, time.time() if accepted_at is None else accepted_at
+            )
+        except BaseException:
+            self._admitted_one(None)
+            raise
+        with self._lock:
+            if admission.how == COALESCED and admission.run_id in self._waiting:
+                waiting = self._waiting[admission.run_id]
+                waiting.work = work
+            else:
+                waiting = _Waiting(Future(), work)
+                self._waiting[admission.run_id] = waiting
+                if admission.how == COALESCED:  # folded into a run this process did not admit
+                    log.output(f"run {admission.run_id}: coalesced into a run admitted elsewhere")
+        early = self._admitted_one(admission.run_id)
+        if admission.claim is not None:
+            self._launch(admission.claim)
+        for claim in early:
+            self._launch(claim)
+        return waiting.future, admission.how, admission.how == STARTED and admission.claim is not None
+
+    def _admitted_one(self, run_id: int | None) -> list[Claim]:
+        """An admit is over: the claims that came early for it, and, once no admit is under way, those of
+        runs no admit here registered (other processes' runs)."""
+        with self._lock:
+            self._admitting -= 1
+            found = [self._early.pop(run_id)] if run_id in self._early else []
+            if not self._admitting:
+                found += self._early.values()
+                self._early.clear()
+        return found
+
+    # --- claiming and running ---
+
+    def claim_now(self) -> int:
+        """Start what the state lets this process start now; returns how many. Never raises."""
+        if self._closing:
+            return 0
+        try:
+            claims = self.state.claims(CLAIM_BATCH)
+        except StateUnavailable:
+            return 0
+        for claim in claims:
+            self._launch(claim)
+        return len(claims)
+
+    def _launch(self, claim: Claim) -> None:
+        with self._lock:
+            if claim.run_id not in self._waiting and self._admitting:
+                self._early[claim.run_id] = claim  # perhaps the run an admit under way is registering
+                return
+            held = Held(claim, self.state)
+            if claim.lease_until != FOREVER:
+                held.deadline = time.monotonic() + max(claim.lease_until - time.time(), 0.0)
+            self._held[claim.run_id] = held
+        self.waits.launch(lambda: self._run(held))
+
+    def _run(self, held: Held) -> None:
+        claim = held.claim
+        with self._lock:
+            waiting = self._waiting.get(claim.run_id)
+        status = "error running command"
+        result: object = None
+        error: BaseException | None = None
+        try:
+            if waiting is not None:
+                result, status = waiting.work(claim, held)
+            else:
+                status = self.foreign(claim, held)
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+            error = exc
+            status = f"error: {type(exc).__name__}"
+        finally:
+            with self._lock:
+                self._held.pop(claim.run_id, None)
+                self._waiting.pop(claim.run_id, None)
+                closing = self._closing
+            if not closing and not held.lost:
+                # Shutdown gave up on it: left unfinished, for the next start (or another replica).
+                self._finish(claim, status)
+            if waiting is not None:
+                if error is not None:
+                    waiting.future.set_exception(error)
+                else:
+                    waiting.future.set_result(result)
+            with self._lock:
+                self._idle.notify_all()
+            self.claim_now()
+
+    def _finish(self, claim: Claim, status: str) -> None:
+        try:
+            self.state.finish(claim, Outcome(status))
+        except StateUnavailable as exc:
+            # Its lease runs out and another replica runs it again (at least once, never two at a time).
+            log.output(f"run {claim.run_id}: its end could not be recorded ({exc}); it may run again")
+
+    # --- waiting for work, keeping leases ---
+
+    def watch(self) -> None:
+        """Wait for claimable work on the state's Waiter and start it, for ever (a greenlet or thread)."""
+        waiter = self.state.wake()
+        poll = waiter.poll
+        while not self._closing:
+            try:
+                self.waits.readable(waiter.fileno(), poll if poll is not None else 5.0)
+                waiter.wait(0)
+            except (OSError, ValueError):  # closed at the stop
+                return
+            self.claim_now()
+            if poll is not None:  # a shared state: another replica may have run what waits here
+                self._ended_elsewhere()
+
+    def _ended_elsewhere(self) -> None:
+        """End the runs waiting here that another replica claimed and finished, with their outcome."""
+        with self._lock:
+            waiting = [run_id for run_id in self._waiting if run_id not in self._held]
+        if not waiting:
+            return
+        try:
+            ended = self.state.outcomes(waiting)
+        except StateUnavailable:
+            return
+        for run_id, status in ended.items():
+            with self._lock:
+                if run_id in self._held:
+                    continue
+                found = self._waiting.pop(run_id, None)
+                self._idle.notify_all()
+            if found is not None:
+                found.future.set_result(self.ended_elsewhere(status))
+
+    def keep_leases(self, lease: float) -> None:
+        """Renew every held claim's lease every lease/3, for ever; a claim the state says is lost, or whose
+        lease runs out before a renewal reaches the state, is killed at once (one log line each)."""
+        while not self._closing:
+            self.waits.sleep(lease / 3)
+            with self._lock:
+                held = [h for h in self._held.values() if not h.lost and h.claim.lease_until != FOREVER]
+            if not held:
+                continue
+            asked = time.monotonic()
+            try:
+                lost_claims = self.state.renew([h.claim for h in held])
+            except StateUnavailable:
+                lost_claims = [h.claim for h in held if h.deadline <= time.monotonic() + lease / 3]
+            else:
+                for h in held:
+                    h.deadline = asked + lease
+            lost = {(c.run_id, c.attempt) for c in lost_claims}
+            for h in held:
+                if (h.claim.run_id, h.claim.attempt) in lost:
+                    h.lost = True
+                    log.output(
+                        f"run {h.claim.run_id} of hook {h.claim.spec.hook_id}: its lease is lost; "
+                        "killing its processes (another replica may run it)"
+                    )
+                    self.lose(h)
+
+    # --- counts and the stop ---
+
+    @property
+    def busy(self) -> bool:
+        """Whether runs of this process run or wait here."""
+        with self._lock:
+            return bool(self._held or self._waiting)
+
+    def wait_idle(self, timeout: float, sleep: Callable[[float], None] | None = None) -> bool:
+        """Wait until no run of this process runs or waits, at most `timeout`; with `sleep`, by looking every
+        50 ms (launched runs need the caller's loop)."""
+        deadline = time.monotonic() + timeout
+        if sleep is None:
+            with self._idle:
+                return self._idle.wait_for(lambda: not (self._held or self._waiting), timeout)
+        while self.busy:
+            if time.monotonic() >= deadline:
+                return False
+            sleep(min(0.05, deadline - time.monotonic()))
+        return True
+
+    def close(self, result: Callable[[], object]) -> None:
+        """Stop claiming; the runs waiting here for a claim end with `result()` (not started), their rows
+        left unfinished in the state for the next start."""
+        with self._lock:
+            self._closing = True
+            unclaimed = [w for run_id, w in self._waiting.items() if run_id not in self._held]
+            for run_id in [r for r in self._waiting if r not in self._held]:
+                del self._waiting[run_id]
+        for waiting in unclaimed:
+            waiting.future.set_result(result())
+
+    @property
+    def held(self) -> list[Held]:
+        with self._lock:
+            return list(self._held.values())
