@@ -8,13 +8,13 @@ it and whichever admin listener folded its events. Imported only with -state-url
 from __future__ import annotations
 
 import base64
-import socket
 import threading
 
 from hookrunner.config import Config
 from hookrunner.serve.adminfollow import Followers
 from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.model import FINAL_OUTCOMES, Event
+from hookrunner.state.opener import replica_name
 from hookrunner.state.pghistory import PostgresHistory
 
 #: Seconds between two folds of the replicas' events, and two looks at the followed runs.
@@ -25,7 +25,7 @@ def open_history(config: Config) -> PostgresHistory:
     """The shared history on -state-url's database; nothing is connected before the first read."""
     return PostgresHistory(
         config.state_url,
-        socket.gethostname(),
+        replica_name(config),
         config.state_keep,
         config.state_keep_age,
         config.history_output,
