@@ -441,7 +441,7 @@ class PostgresState:
             with self._transaction() as cur:
                 cur.execute(
                     f"INSERT INTO hookrunner_events (replica, at, event) VALUES (%s, {_NOW}, %s)",
-                    (self.replica, Jsonb(json.loads(json.dumps(event, default=str)))),
+                    (self.replica, Jsonb(_jsonb_text(json.loads(json.dumps(event, default=str))))),
                 )
         except StateUnavailable:
             pass
@@ -472,6 +472,25 @@ def create_schema(conn: psycopg.Connection[Any]) -> None:
                 f"the database was written by a newer hookrunner (schema version {version}, this one "
                 f"knows {SCHEMA_VERSION}); leaving it untouched"
             )
+
+
+def _jsonb_text(value: Any) -> Any:
+    """`value` with every string jsonb can hold: a lone surrogate (an undecodable byte of an argument, as
+    Python's surrogateescape keeps it) and NUL become U+FFFD; jsonb refuses both, and an event it refused
+    would raise out of record() into the run path."""
+    if isinstance(value, str):
+        if value.isascii() and "\x00" not in value:
+            return value
+        try:
+            data = value.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            data = value.encode("utf-8", "replace")
+        return data.decode("utf-8", "replace").replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [_jsonb_text(item) for item in value]
+    if isinstance(value, dict):
+        return {_jsonb_text(key): _jsonb_text(item) for key, item in value.items()}
+    return value
 
 
 def _row(cur: psycopg.Cursor[Any]) -> tuple[Any, ...]:

@@ -341,3 +341,20 @@ def test_two_admin_listeners_folding_at_once_fold_each_event_once(
     assert {(r["outcome"], r["kind"]) for r in runs} == {("ok", "immediate")}
     assert [r["id"] for r in runs] == [f"run-{n}" for n in reversed(range(40))]
     assert second.runs(limit=100) == runs
+
+
+def test_arguments_jsonb_cannot_hold_are_recorded_replaced(
+    states: Callable[[str], PostgresState], readers: Callable[..., PostgresHistory]
+) -> None:
+    # An argument's undecodable byte (kept by surrogateescape) or a NUL: jsonb refuses both, and the event
+    # must neither raise out of record() (the run path) nor be lost.
+    history = recorder(states("a").record)
+    ticket = history.ticket("odd", "deploy", 1.0)
+    ticket.started(
+        RunSpec("deploy", "odd", "/bin/echo", ("/bin/echo", "x\udcff", "a\x00b", "é"), (), (), "/")
+    )
+    ticket.finished(b"", "exit status 1: \x00")
+    record = readers().run("odd")
+    assert record is not None
+    assert record["argv"] == ["/bin/echo", "x\ufffd", "a\ufffdb", "é"]
+    assert (record["outcome"], record["detail"]) == ("failed", "exit status 1: \ufffd")
