@@ -183,12 +183,16 @@ class PostgresHistory(OneRunReads):
     def close(self) -> None:
         self._connections.close()
 
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
+    def _check_down(self) -> None:
         if time.monotonic() < self._down_until:
             raise StateUnavailable(self._down_why)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
+        self._check_down()
         try:
             with self._connections.lent() as conn:
+                self._check_down()  # found away while this one waited for a connection: fail at once too
                 if not self._ready:
                     create_schema(conn)
                     with conn.transaction(), conn.cursor() as cur:

@@ -7,12 +7,15 @@ and it recovers by itself."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from pg_cluster import Cluster
 from test_run_history import Admin, start, trigger
@@ -117,6 +120,43 @@ def test_runs_recorded_by_any_replica_show_on_every_admin_listener(
     for server in (a, b):
         assert "Traceback" not in server.log
         assert server.log.count("run state: PostgreSQL is unavailable") <= 2, server.log  # once per change
+        assert server.stop() == 0
+
+
+def test_a_slow_database_holds_the_admin_listener_for_seconds_not_forever(
+    tmp_path: Path, servers: list[Server], state_url: str, third: PostgresState
+) -> None:
+    # The admin listener's process is not gevent-patched: a pool of 8 threads answers, each read waits on
+    # the database at most its statement timeout (5 s), and after a failure the next reads fail at once.
+    (a, _), (b, admin_b) = replicas(tmp_path, servers, state_url, [python_hook("ok", "print('hi')")])
+    record_by_hand(third, "before", b"", None)
+    assert wait_until(lambda: "before" in runs_by_id(admin_b), timeout=15)
+    answers: dict[str, tuple[int, float]] = {}
+
+    def get(name: str, path: str) -> None:
+        started = time.monotonic()
+        conn = http.client.HTTPConnection("127.0.0.1", admin_b.port, timeout=60)
+        try:
+            conn.request("GET", path)
+            answers[name] = (conn.getresponse().status, time.monotonic() - started)
+        finally:
+            conn.close()
+
+    with psycopg.connect(state_url) as locker:
+        locker.execute("LOCK TABLE hookrunner_history IN ACCESS EXCLUSIVE MODE")  # every read waits on it
+        readers = [threading.Thread(target=get, args=(f"api-{n}", "/api/v1/runs")) for n in range(12)]
+        for thread in readers:
+            thread.start()
+        time.sleep(0.5)
+        get("static", "/static/admin.css")
+        for thread in readers:
+            thread.join(timeout=60)
+    assert answers["static"][0] == 200 and answers["static"][1] < 15, answers
+    assert {answers[f"api-{n}"][0] for n in range(12)} == {503}, answers
+    assert max(answers[f"api-{n}"][1] for n in range(12)) < 15, answers
+    assert wait_until(lambda: admin_b.get("/api/v1/runs")[0] == 200, timeout=15)
+    assert "Traceback" not in b.log
+    for server in (a, b):
         assert server.stop() == 0
 
 
