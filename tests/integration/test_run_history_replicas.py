@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +33,7 @@ from test_run_history_follow import (
     follow,
     gated,
 )
-from test_serving import Server, python_hook, wait_until
+from test_serving import Server, master_children, python_hook, wait_until
 
 from hookrunner.run.history import Recorder
 from hookrunner.state.model import RunSpec
@@ -214,6 +216,39 @@ def test_a_push_to_one_replica_shows_on_the_others_api(
     assert runs_by_id(admin_a)["running-a"]["replica"] == "replica-a"
     for server in (a, b):
         assert server.stop() == 0
+
+
+def test_a_run_taken_over_from_a_killed_replica_is_told_by_both_records(
+    tmp_path: Path, servers: list[Server], state_url: str
+) -> None:
+    gate = tmp_path / "gate"
+    hooks = [gated("lines", GATE_LINES, gate)]
+    started = []
+    for name in ("replica-a", "replica-b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        flags = ("-state-url", state_url, "-state-replica", name, "-state-lease", "2s", "-state-grace", "1s")
+        started.append(start(folder, servers, hooks, *flags))
+    (a, _), (b, admin_b) = started
+    assert trigger(a, "lines", "taken-over") == 200
+    assert wait_until(
+        lambda: runs_by_id(admin_b).get("taken-over", {}).get("outcome") == "running", timeout=20
+    )
+    for pid in [a.process.pid, *master_children(a.process.pid)]:
+        os.kill(pid, signal.SIGKILL)  # the whole replica at once: nobody tells the history
+    a.process.wait(timeout=10)
+
+    def records() -> list[tuple[object, ...]]:
+        runs = admin_b.json("/api/v1/runs?limit=500")["runs"]
+        return [(r["replica"], r["kind"], r["outcome"]) for r in runs if r["id"] == "taken-over"]
+
+    # Replica B takes the run over after the lease and grace (3 s) and its polling (5 s at most).
+    want = [("replica-b", "replayed", "running"), ("replica-a", "immediate", "replayed")]
+    assert wait_until(lambda: records() == want, timeout=30), records()
+    gate.touch()
+    assert wait_until(lambda: records()[0] == ("replica-b", "replayed", "ok"), timeout=20), records()
+    assert records()[1] == ("replica-a", "immediate", "replayed")
+    assert b.stop() == 0
 
 
 @pytest.mark.skipif(not HAVE_BROWSER, reason="Debian's chromium and chromium-driver are not installed")
