@@ -184,24 +184,38 @@ class ClaimedRuns:
                 self._held.pop(claim.run_id, None)
                 self._waiting.pop(claim.run_id, None)
                 closing = self._closing
-            if not closing and not held.lost:
-                # Shutdown gave up on it: left unfinished, for the next start (or another replica).
-                self._finish(claim, status)
+            # Shutdown gave up on it (closing): left unfinished, for the next start (or another replica).
+            recorded = closing or held.lost or self._finish(claim, status)
             if waiting is not None:
                 if error is not None:
                     waiting.future.set_exception(error)
                 else:
                     waiting.future.set_result(result)
+            if not recorded:
+                self._finish_later(held, status)
             with self._lock:
                 self._idle.notify_all()
             self.claim_now()
 
-    def _finish(self, claim: Claim, status: str) -> None:
+    def _finish(self, claim: Claim, status: str) -> bool:
+        """Finish the claim; False when the state cannot be reached now."""
         try:
             self.state.finish(claim, Outcome(status))
-        except StateUnavailable as exc:
-            # Its lease runs out and another replica runs it again (at least once, never two at a time).
-            log.output(f"run {claim.run_id}: its end could not be recorded ({exc}); it may run again")
+        except StateUnavailable:
+            return False
+        return True
+
+    def _finish_later(self, held: Held, status: str) -> None:
+        """Try the finish again every second while the claim's lease lasts; past it, the run is another
+        replica's to run again (at least once, never two at a time)."""
+        while time.monotonic() < held.deadline:
+            self.waits.sleep(min(1.0, max(held.deadline - time.monotonic(), 0.0)))
+            if self._finish(held.claim, status):
+                return
+        log.output(
+            f"run {held.claim.run_id}: its end could not be recorded before its lease ran out; "
+            "it may run again"
+        )
 
     # --- waiting for work, keeping leases ---
 

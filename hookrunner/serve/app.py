@@ -218,7 +218,9 @@ class HookApp:
             # Readiness: a runner whose hooks files gave no hooks should get no traffic.
             response = answer(503, b"No hooks are loaded.", self.global_headers, TEXT_PLAIN)
         elif "ready" in request.args and not self.runner.accepts_runs():  # docs/operations.md
-            response = answer(503, MSG_UNJOURNALED, self.global_headers, TEXT_PLAIN)
+            # The journal (-state-dir), or the shared run state's database (-state-url), cannot record a run.
+            unready = MSG_UNAVAILABLE if self.config.state_url else MSG_UNJOURNALED
+            response = answer(503, unready, self.global_headers, TEXT_PLAIN)
         else:
             response = answer(200, b"OK", self.global_headers, TEXT_PLAIN)
         self.access_log(rid, response, started)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import signal
 import socket
+from collections import deque
 from typing import TYPE_CHECKING
 
 import gevent
@@ -34,10 +35,15 @@ from hookrunner.run.wire import EVENT, PeerGone, WireError, receive
 from hookrunner.serve.context import ctx
 from hookrunner.serve.greenruns import GreenWaits
 from hookrunner.state.journal import open_journal
+from hookrunner.state.model import Event
 
 if TYPE_CHECKING:
     # Loaded only with -admin-addr (multiprocessing's connections: docs/performance.md, memory at rest).
     from hookrunner.run.historyfeed import FeedClient
+
+#: History events held for the database (-state-url) at most; past it the oldest are dropped (the history
+#: is not the journal: a database that is away loses events, never runs).
+EVENTS_HELD = 10_000
 
 #: Exit status of an owner that cannot open the run journal: the master forks another (once a second).
 JOURNAL_FAILED = 3
@@ -147,7 +153,22 @@ def _start_shared_state(runner: CommandRunner) -> None:
     runner.runs.ended_elsewhere = lambda status: CommandResult(
         b"", None if status == "exit status 0" else status
     )
-    runner.history = Recorder(state.record, config.history_output)
+    events: deque[Event] = deque(maxlen=EVENTS_HELD)
+    arrived = gevent.event.Event()
+
+    def record(event: Event) -> None:  # never waits for the database: a greenlet writes them in order
+        events.append(event)
+        arrived.set()
+
+    def write_events() -> None:
+        while True:
+            arrived.wait()
+            arrived.clear()
+            while events:
+                state.record(events.popleft())
+
+    runner.history = Recorder(record, config.history_output)
+    gevent.spawn(write_events)
     gevent.spawn(runner.runs.keep_leases, config.state_lease)
 
 
