@@ -143,6 +143,10 @@ class CommandRunner:
         self._journal = None
         self.runs.state = state
 
+    def poll_processes_here(self) -> None:
+        """Start the process tracker's poll from the caller's thread (run/processes.py's poll_here)."""
+        self._tracker.poll_here()
+
     @property
     def state(self) -> RunState:
         return self.runs.state

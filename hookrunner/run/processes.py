@@ -282,6 +282,16 @@ class ProcessTracker:
                 self._work.notify()
         return process, run
 
+    def poll_here(self) -> None:
+        """Start the poll now, from the caller's thread, rather than from the first start's: the run owner
+        with gevent's patching (-state-url, serve/ownerprocess.py) starts processes on native threads of
+        its loop's pool, where a patched thread would be a greenlet of a loop that never runs; started from
+        the loop, it is a greenlet of that loop."""
+        with self._lock:
+            if self._poller_of != os.getpid():
+                threading.Thread(target=self._poll, name="run-processes", daemon=True).start()
+                self._poller_of = os.getpid()
+
     def done(self, run: RunProcesses) -> None:
         """The run is over and its leader waited for: what it left running is no longer looked after
         (a daemon it started on purpose is left alone, as webhook leaves it)."""

@@ -38,7 +38,6 @@ from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.executor import CommandRunner
 from hookrunner.run.ownerclient import OwnerClient
-from hookrunner.run.scheduler import Busy
 from hookrunner.serve.answers import (
     BODY_FAILED_KEY,
     HEADER_LIST_KEY,
@@ -67,6 +66,7 @@ from hookrunner.serve.routes import method_allowed, routed_hook
 from hookrunner.serve.stream import StreamedAnswer, StreamPipe, stream_answer
 from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.journal import JournalUnwritable
+from hookrunner.state.slots import Busy
 
 #: Bodies at least this long are parsed by `Parsing.run` (off the gevent worker's event loop); shorter ones
 #: take less time to parse than to hand to a thread.
@@ -218,8 +218,7 @@ class HookApp:
             # Readiness: a runner whose hooks files gave no hooks should get no traffic.
             response = answer(503, b"No hooks are loaded.", self.global_headers, TEXT_PLAIN)
         elif "ready" in request.args and not self.runner.accepts_runs():  # docs/operations.md
-            # The journal (-state-dir), or the shared run state's database (-state-url), cannot record a run.
-            unready = MSG_UNAVAILABLE if self.config.state_url else MSG_UNJOURNALED
+            unready = MSG_UNAVAILABLE if self.config.state_url else MSG_UNJOURNALED  # docs/operations.md
             response = answer(503, unready, self.global_headers, TEXT_PLAIN)
         else:
             response = answer(200, b"OK", self.global_headers, TEXT_PLAIN)

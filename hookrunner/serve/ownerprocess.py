@@ -150,6 +150,7 @@ def _start_shared_state(runner: CommandRunner) -> None:
     config = ctx.config
     state = open_state(config, replica_name(config), url=config.state_url)
     runner.use_state(state)
+    runner.poll_processes_here()  # a greenlet of this loop (processes.py's ProcessTracker.poll_here)
     runner.runs.ended_elsewhere = lambda status: CommandResult(
         b"", None if status == "exit status 0" else status
     )

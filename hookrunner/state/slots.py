@@ -1,6 +1,6 @@
 """Which runs may run: per-hook `max-concurrency`, a bounded queue and coalescing, and the global cap
 (`-max-concurrent-commands`) with its one first-in, first-out line. Only counts and lines of opaque runs:
-no threads, processes or futures; the run path's scheduler (run/scheduler.py) starts what this lets run,
+no threads, processes or futures; the run state that holds it (state/embedded.py) says what this lets run,
 and tells it when a run is over. One copy of this accounting per run state (docs/run-state.md). Not
 thread-safe: its caller holds a lock around every call."""
 

@@ -4,6 +4,7 @@ start in one line. scripts/test runs these on both worker classes (HOOKRUNNER_TE
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections import Counter
@@ -21,7 +22,9 @@ from replica_support import (
     started_count,
     state_url,
 )
-from test_serving import HOOKRUNNER, HOOKRUNNER_TEST_FLAGS, Server, free_port, wait_until
+from test_limits import alive, python_command
+from test_run_processes import ESCAPE, marked, zombie_children
+from test_serving import HOOKRUNNER, HOOKRUNNER_TEST_FLAGS, Server, free_port, run_owner_pids, wait_until
 
 
 def push_spread(replicas: list[Server], count: int, hook: str = "record") -> dict[str, int]:
@@ -165,3 +168,52 @@ def test_a_capture_whose_queued_run_another_replica_ran_gets_its_outcome_and_no_
             assert body == b"", (seq, body)
             elsewhere += 1
     print(f"captures run by another replica: {elsewhere} of 4")
+
+
+def test_an_escaped_grandchild_is_ended_at_the_timeout_on_the_shared_state_too(
+    tmp_path: Path, servers: list[Server], pg_cluster: Cluster, pg_database: str
+) -> None:
+    # The run owner patches threading for psycopg with -state-url: the process tracker's poll, which finds
+    # what leaves the run's group and reaps adopted orphans, must still run.
+    marker, gate = f"pg-escape-{os.getpid()}", tmp_path / "gate"
+    code = ESCAPE.replace(
+        'if os.fork() == 0:\n        become("escaped")',
+        'if os.fork() == 0:\n        os.close(1); os.close(2)\n        become("escaped")',
+    )
+    assert code != ESCAPE
+    hook = {
+        "id": "timed",
+        **python_command(code, {"source": "string", "name": marker}, {"source": "string", "name": str(gate)}),
+        "command-timeout": "1s",
+        "include-command-output-in-response": True,
+    }  # fmt: skip
+    (server,) = start_replicas(tmp_path, servers, state_url(pg_cluster, pg_database), 1, lambda name: [hook])
+    status, _, body = server.request("POST", "/hooks/timed")
+    assert status == 500, body
+    assert marked(marker) == {}
+    (owner,) = run_owner_pids(server.process.pid)
+    assert wait_until(lambda: zombie_children(owner) == [], timeout=3), zombie_children(owner)
+
+
+def test_a_lost_lease_kills_the_command_at_once_with_one_line(
+    tmp_path: Path, servers: list[Server], pg_cluster: Cluster, pg_database: str
+) -> None:
+    pids = tmp_path / "pids"
+    code = "import os, sys, time; open(sys.argv[1], 'a').write(f'{os.getpid()}\\n'); time.sleep(60)"
+    hook = {"id": "long", **python_command(code, {"source": "string", "name": str(pids)})}
+    url = state_url(pg_cluster, pg_database)
+    flags = ("-state-lease", "1500ms", "-state-grace", "20s")
+    (server,) = start_replicas(tmp_path, servers, url, 1, lambda name: [hook], *flags)
+    assert server.request("POST", "/hooks/long")[0] == 200
+    assert wait_until(lambda: pids.exists() and pids.read_text().strip() != "", timeout=20)
+    pid = int(pids.read_text().split()[0])
+    assert alive(pid)
+    time.sleep(2)  # renewed past its first lease: still running
+    assert alive(pid), server.log
+    # Another replica took the run over (as after a lapsed lease): the next renewal is refused.
+    database = pg_database.split("dbname=")[1].split()[0]
+    pg_cluster.psql(database, "UPDATE hookrunner_runs SET attempt = attempt + 1, holder = 'other'")
+    taken = time.monotonic()
+    assert wait_until(lambda: not alive(pid), timeout=5), server.log
+    assert time.monotonic() - taken <= 1.5
+    assert server.log.count("its lease is lost; killing its processes") == 1, server.log

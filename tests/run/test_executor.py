@@ -16,8 +16,8 @@ from hookrunner.hooks.request import Request
 from hookrunner.run.executor import CommandRunner
 from hookrunner.run.prepare import _decode_base64
 from hookrunner.run.processes import identify
-from hookrunner.run.scheduler import Busy
 from hookrunner.state.journal import Journal
+from hookrunner.state.slots import Busy
 
 
 def request(rid: str = "abc123", **payload: object) -> Request:

@@ -18,9 +18,9 @@ from hookrunner.hooks.model import Hook, Limits
 from hookrunner.hooks.request import Request
 from hookrunner.run.executor import CommandRunner
 from hookrunner.run.history import Recorder, classify, output_fields
-from hookrunner.run.scheduler import Busy
 from hookrunner.state.historystore import HistoryStore
 from hookrunner.state.journal import Journal, RunSpec
+from hookrunner.state.slots import Busy
 
 
 class Collected:

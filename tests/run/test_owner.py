@@ -30,8 +30,8 @@ from hookrunner.run import wire
 from hookrunner.run.executor import CommandResult
 from hookrunner.run.prepare import prepare
 from hookrunner.run.runorder import run_messages
-from hookrunner.run.scheduler import Busy
 from hookrunner.state.journal import Journal, JournalUnwritable
+from hookrunner.state.slots import Busy
 
 
 @pytest.fixture

@@ -20,11 +20,11 @@ from hookrunner.run.executor import CommandResult
 from hookrunner.run.ownerclient import OwnerClient, OwnerUnavailable, RunRefused
 from hookrunner.run.prepare import prepare
 from hookrunner.run.runorder import run_messages, run_order
-from hookrunner.run.scheduler import Busy
 from hookrunner.run.wire import Message, WireError
 from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.journal import JournalUnwritable
 from hookrunner.state.model import RunSpec
+from hookrunner.state.slots import Busy
 
 
 class ScriptedOwner:
