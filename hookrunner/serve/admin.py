@@ -16,7 +16,7 @@ from werkzeug.exceptions import HTTPException
 from hookrunner.config import Config
 from hookrunner.ops.log import log
 from hookrunner.serve.adminfollow import FOLLOWER, Followers
-from hookrunner.state.historystore import HistoryStore
+from hookrunner.state.backend import HistoryReader, StateUnavailable
 from hookrunner.state.model import FINAL_OUTCOMES, OUTCOMES
 
 #: Sent with every answer: nothing but this listener's own files, never in a frame.
@@ -87,7 +87,7 @@ def _query() -> dict[str, Any]:
 
 
 def create_admin_app(
-    store: HistoryStore, token: bytes | None, config: Config, followers: Followers | None = None
+    store: HistoryReader, token: bytes | None, config: Config, followers: Followers | None = None
 ) -> Flask:
     """The app; with `followers`, runs can be followed (?follow=1) when it is served through FollowApp."""
     app = Flask("hookrunner.serve.admin", static_url_path="/static")
@@ -114,6 +114,14 @@ def create_admin_app(
     def http_error(exc: HTTPException) -> Response:
         answer = jsonify({"error": exc.description or exc.name})
         answer.status_code = exc.code or 500
+        return answer
+
+    @app.errorhandler(StateUnavailable)
+    def unavailable(exc: StateUnavailable) -> Response:
+        # The shared history's database is away (-state-url): the log says so once (state/pgconn.py).
+        answer = jsonify({"error": f"the run history cannot be read now: {exc}"})
+        answer.status_code = 503
+        answer.headers["Retry-After"] = str(exc.retry_after)
         return answer
 
     @app.errorhandler(Exception)
@@ -191,6 +199,7 @@ def create_admin_app(
             "final_outcomes": FINAL_OUTCOMES,
             "keep": config.state_keep,
             "durable": bool(config.state_dir),
+            "shared": bool(config.state_url),
         }
 
     @app.get("/")

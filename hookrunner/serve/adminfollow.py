@@ -26,7 +26,7 @@ from email.utils import formatdate
 from typing import Any
 
 from hookrunner.serve.adminconns import Handoff
-from hookrunner.state.historystore import HistoryStore
+from hookrunner.state.backend import HistoryReader, StateUnavailable
 from hookrunner.state.model import FINAL_OUTCOMES, Event
 
 #: The environ key under which the admin app leaves a follower for FollowApp to connect.
@@ -113,7 +113,7 @@ class Followers:
 
     def __init__(
         self,
-        store: HistoryStore,
+        store: HistoryReader,
         describe: Callable[[dict[str, Any]], dict[str, Any]],
         stall: float,
         buffer: int = FOLLOW_BUFFER,
@@ -137,6 +137,11 @@ class Followers:
         #: Followers dropped for falling behind or stalling, and connections of followers closed in all.
         self.dropped = 0
         self.closed = 0
+
+    def keys(self) -> list[str]:
+        """The keys of the runs followed now (those not ended yet)."""
+        with self._lock:
+            return list(self._by_key)
 
     @property
     def attached(self) -> int:
@@ -422,11 +427,14 @@ class Followers:
             keys = list(self._by_key)
         if not keys:
             return
-        outcomes = self._store.outcomes(keys)
-        for key in keys:
-            outcome = outcomes.get(key)
-            if outcome is None or outcome in FINAL_OUTCOMES:
-                self._end(key)
+        try:
+            outcomes = self._store.outcomes(keys)
+            for key in keys:
+                outcome = outcomes.get(key)
+                if outcome is None or outcome in FINAL_OUTCOMES:
+                    self._end(key)
+        except StateUnavailable:
+            pass  # a shared history's database is away (-state-url): the next sweep looks again
 
 
 class FollowApp:

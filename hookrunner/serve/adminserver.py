@@ -27,6 +27,7 @@ from hookrunner.config import Config
 from hookrunner.errors import AdminSetupError
 from hookrunner.ops.log import log
 from hookrunner.run.historyfeed import FeedServer
+from hookrunner.state.backend import HistoryReader
 from hookrunner.state.historystore import HistoryStore
 from hookrunner.state.model import Event
 
@@ -193,14 +194,26 @@ def _serve_admin(
     from hookrunner.serve.adminconns import AdminConnections
     from hookrunner.serve.adminfollow import FollowApp, Followers
 
-    store = open_store(config)
-    followers = Followers(store, api_record, config.read_timeout)
+    store: HistoryReader
+    if config.state_url:  # every replica's history, in the shared database (psycopg loaded only here)
+        from hookrunner.serve.adminfleet import FleetFeed, open_history
 
-    def apply(event: Event) -> None:
-        store.apply(event)
-        followers.publish(event)
+        history = open_history(config)
+        followers = Followers(history, api_record, config.read_timeout)
+        fleet = FleetFeed(history, followers)
+        store, closing = history, fleet.stop
+        feed = FeedServer(feed_address, feed_key, fleet.apply, fleet.worker_gone)
+        fleet.start()
+    else:
+        local = open_store(config)
+        followers = Followers(local, api_record, config.read_timeout)
 
-    feed = FeedServer(feed_address, feed_key, apply, store.worker_gone)
+        def apply(event: Event) -> None:
+            local.apply(event)
+            followers.publish(event)
+
+        store, closing = local, local.close
+        feed = FeedServer(feed_address, feed_key, apply, local.worker_gone)
     feed.start()
     app = create_admin_app(store, admin.token, config, followers)
     server = AdminConnections(admin.sock, FollowApp(app, followers), config.read_timeout)
@@ -220,4 +233,4 @@ def _serve_admin(
     finally:
         feed.close()
         followers.stop()
-        store.close()
+        closing()

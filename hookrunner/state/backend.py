@@ -129,12 +129,32 @@ class RunState(Protocol):
 
 class HistoryReader(Protocol):
     """What the admin listener reads: the embedded store fed by the owner (state/historystore.py), or the
-    shared tables of PostgreSQL (every replica's runs, each naming its replica)."""
+    shared tables of PostgreSQL (state/pghistory.py: every replica's runs, each naming its `replica`). Both
+    give the same records (docs/history.md's fields, in that order), newest first, paged by `seq`. A reader
+    that cannot read now (its database is away) raises StateUnavailable: the admin API answers 503."""
 
     def runs(
         self, hook: str = "", outcome: str = "", limit: int = 50, before: int = 0
-    ) -> list[dict[str, Any]]: ...
+    ) -> list[dict[str, Any]]:
+        """Runs newest first, without their output; `before` a seq, for the next page."""
+        ...
 
-    def run(self, run_id: str) -> dict[str, Any] | None: ...
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """One run with its output (the newest of that id), or None."""
+        ...
 
-    def hooks(self) -> list[dict[str, Any]]: ...
+    def hooks(self) -> list[dict[str, Any]]:
+        """Each loaded hook: its file, when that was loaded, and its last run (or None)."""
+        ...
+
+    def followed(self, run_id: str) -> dict[str, Any] | None:
+        """One run as `run` gives it, with the `key` its events carry (what a follower of it listens to)."""
+        ...
+
+    def by_key(self, key: str) -> dict[str, Any] | None:
+        """The run whose events carry `key`, with its output and key, or None."""
+        ...
+
+    def outcomes(self, keys: list[str]) -> dict[str, str]:
+        """The outcome of each run of `keys` still in the history."""
+        ...

@@ -48,7 +48,7 @@ CREATE INDEX IF NOT EXISTS history_id ON history (id, seq);
 
 #: Fields an event may set, and how each is stored: the ones a list of runs shows, then those only one
 #: run's page shows, then the JSON ones.
-_SUMMARY = (
+SUMMARY_FIELDS = (
     "id",
     "hook",
     "kind",
@@ -62,18 +62,41 @@ _SUMMARY = (
     "output_size",
     "output_truncated",
 )
-_SCALARS = (*_SUMMARY, "cwd", "pid")
-_JSON = ("argv", "env", "files")
+EVENT_SCALARS = (*SUMMARY_FIELDS, "cwd", "pid")
+JSON_FIELDS = ("argv", "env", "files")
 #: The columns of a listed run (no output; `duration` is computed when a run ends), and of one run.
-_LISTED = ("seq", *_SUMMARY, "duration")
-_ONE = (*_LISTED, *_JSON, "cwd", "pid", "output")
+LISTED_FIELDS = ("seq", *SUMMARY_FIELDS, "duration")
+RUN_FIELDS = (*LISTED_FIELDS, *JSON_FIELDS, "cwd", "pid", "output")
 
 #: At most how many events between two applications of the retention rules; a small -state-keep is applied
 #: more often (every tenth of it), so the history never holds more than about 1.1 times what it keeps.
 _PRUNE_EVERY = 100
 
 
-class HistoryStore:
+class OneRunReads:
+    """The reads of one run that every history store gives (this one and state/pghistory.py's), on its
+    `_one(column, value)`: the newest record whose `column` is `value`, with its output and, last, its key."""
+
+    def _one(self, column: str, value: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """One run with its output (the newest of that id: an X-Request-Id may be sent twice)."""
+        record = self._one("id", run_id)
+        if record is not None:
+            del record["key"]
+        return record
+
+    def followed(self, run_id: str) -> dict[str, Any] | None:
+        """One run as `run` gives it, with the key its events carry (what a follower of it listens to)."""
+        return self._one("id", run_id)
+
+    def by_key(self, key: str) -> dict[str, Any] | None:
+        """The run whose events carry `key`, with its output, or None (never recorded, or pruned)."""
+        return self._one("key", key)
+
+
+class HistoryStore(OneRunReads):
     """The records, safe from any thread. `path` "" keeps them in memory."""
 
     def __init__(
@@ -141,8 +164,8 @@ class HistoryStore:
             self.prune()
 
     def _apply_run(self, event: Event) -> None:
-        values: dict[str, Any] = {name: event[name] for name in _SCALARS if name in event}
-        for name in _JSON:
+        values: dict[str, Any] = {name: event[name] for name in EVENT_SCALARS if name in event}
+        for name in JSON_FIELDS:
             if name in event:
                 values[name] = json.dumps(event[name], ensure_ascii=True)
         if "output" in event:
@@ -275,45 +298,21 @@ class HistoryStore:
         self, hook: str = "", outcome: str = "", limit: int = 50, before: int = 0
     ) -> list[dict[str, Any]]:
         """Runs newest first, without their output; `before` a seq, for the next page."""
-        where: list[str] = []
-        args: list[Any] = []
-        for column, value in (("hook", hook), ("outcome", outcome)):
-            if value:
-                where.append(f"{column} = ?")
-                args.append(value)
-        if before > 0:
-            where.append("seq < ?")
-            args.append(before)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        columns = ("key", *_LISTED)
+        clause, args = runs_where(hook, outcome, before, "?")
+        columns = ("key", *LISTED_FIELDS)
         query = f"SELECT {', '.join(columns)} FROM history {clause} ORDER BY seq DESC LIMIT ?"
         with self._lock:
             rows = self._db.execute(query, (*args, max(limit, 0))).fetchall()
-            return [self._overlay(_record(columns, row)) for row in rows]
-
-    def run(self, run_id: str) -> dict[str, Any] | None:
-        """One run with its output (the newest of that id: an X-Request-Id may be sent twice)."""
-        record = self._one("id", run_id)
-        if record is not None:
-            del record["key"]
-        return record
-
-    def followed(self, run_id: str) -> dict[str, Any] | None:
-        """One run as `run` gives it, with the key its events carry (what a follower of it listens to)."""
-        return self._one("id", run_id)
-
-    def by_key(self, key: str) -> dict[str, Any] | None:
-        """The run whose events carry `key`, with its output, or None (never recorded, or pruned)."""
-        return self._one("key", key)
+            return [self._overlay(as_record(columns, row)) for row in rows]
 
     def _one(self, column: str, value: str) -> dict[str, Any] | None:
-        columns = ("key", *_ONE)
+        columns = ("key", *RUN_FIELDS)
         query = f"SELECT {', '.join(columns)} FROM history WHERE {column} = ? ORDER BY seq DESC LIMIT 1"
         with self._lock:
             row = self._db.execute(query, (value,)).fetchone()
             if row is None:
                 return None
-            record = _record(columns, row)
+            record = as_record(columns, row)
             key = record["key"]
             record = self._overlay(record)
         record["key"] = key
@@ -351,9 +350,23 @@ class HistoryStore:
             return int(self._db.execute("SELECT count(*) FROM history").fetchone()[0])
 
 
-def _record(columns: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
+def runs_where(hook: str, outcome: str, before: int, mark: str) -> tuple[str, list[Any]]:
+    """The WHERE clause of a runs query (the driver's parameter `mark`), and its parameters."""
+    where: list[str] = []
+    args: list[Any] = []
+    for column, value in (("hook", hook), ("outcome", outcome)):
+        if value:
+            where.append(f"{column} = {mark}")
+            args.append(value)
+    if before > 0:
+        where.append(f"seq < {mark}")
+        args.append(before)
+    return (f"WHERE {' AND '.join(where)}" if where else ""), args
+
+
+def as_record(columns: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
     record = dict(zip(columns, row, strict=True))
-    for name in _JSON:
+    for name in JSON_FIELDS:
         if name in record:
             record[name] = json.loads(record[name])
     if "output_truncated" in record:

@@ -110,19 +110,7 @@ class PostgresState:
     # --- transactions ---
 
     def _create_schema(self, conn: psycopg.Connection[Any]) -> None:
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(%s, 1)", (_CAP_LOCK,))
-            cur.execute(_SCHEMA)
-            cur.execute("SELECT max(version) FROM hookrunner_schema")
-            row = cur.fetchone()
-            version = row[0] if row else None
-            if version is None:
-                cur.execute("INSERT INTO hookrunner_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
-            elif version > SCHEMA_VERSION:
-                raise StateUnavailable(
-                    f"the database was written by a newer hookrunner (schema version {version}, this one "
-                    f"knows {SCHEMA_VERSION}); leaving it untouched"
-                )
+        create_schema(conn)
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
@@ -452,7 +440,7 @@ class PostgresState:
             with self._transaction() as cur:
                 cur.execute(
                     f"INSERT INTO hookrunner_events (replica, at, event) VALUES (%s, {_NOW}, %s)",
-                    (self.replica, Jsonb(json.loads(json.dumps(event, default=str)))),
+                    (self.replica, Jsonb(_jsonb_text(json.loads(json.dumps(event, default=str))))),
                 )
         except StateUnavailable:
             pass
@@ -464,6 +452,44 @@ class PostgresState:
             if self._waiter is not None:
                 self._waiter.close()
                 self._waiter = None
+
+
+def create_schema(conn: psycopg.Connection[Any]) -> None:
+    """The run state's tables, in a transaction of their own under an advisory lock (two replicas starting
+    together do not race); StateUnavailable for a database written by a newer hookrunner (left untouched).
+    The run history's reader (state/pghistory.py) calls it too, before its own tables."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s, 1)", (_CAP_LOCK,))
+        cur.execute(_SCHEMA)
+        cur.execute("SELECT max(version) FROM hookrunner_schema")
+        row = cur.fetchone()
+        version = row[0] if row else None
+        if version is None:
+            cur.execute("INSERT INTO hookrunner_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+        elif version > SCHEMA_VERSION:
+            raise StateUnavailable(
+                f"the database was written by a newer hookrunner (schema version {version}, this one "
+                f"knows {SCHEMA_VERSION}); leaving it untouched"
+            )
+
+
+def _jsonb_text(value: Any) -> Any:
+    """`value` with every string jsonb can hold: a lone surrogate (an undecodable byte of an argument, as
+    Python's surrogateescape keeps it) and NUL become U+FFFD; jsonb refuses both, and an event it refused
+    would raise out of record() into the run path."""
+    if isinstance(value, str):
+        if value.isascii() and "\x00" not in value:
+            return value
+        try:
+            data = value.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            data = value.encode("utf-8", "replace")
+        return data.decode("utf-8", "replace").replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [_jsonb_text(item) for item in value]
+    if isinstance(value, dict):
+        return {_jsonb_text(key): _jsonb_text(item) for key, item in value.items()}
+    return value
 
 
 def _row(cur: psycopg.Cursor[Any]) -> tuple[Any, ...]:
