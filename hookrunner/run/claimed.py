@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from hookrunner.hooks.model import Limits
 from hookrunner.ops.log import log
 from hookrunner.run.spawn import Waits
-from hookrunner.state.backend import RunState, StateUnavailable
+from hookrunner.state.backend import RunState, StateUnavailable, Waiter
 from hookrunner.state.model import FOREVER, Claim, Outcome, ProcessId, RunSpec
 from hookrunner.state.slots import COALESCED, STARTED
 
@@ -27,6 +27,8 @@ CLAIM_BATCH = 64
 
 #: How often a state that announces nothing but this process's own finishes is looked at (watch).
 LOOK_AGAIN = 5.0
+#: How often the watch looks for work while the state cannot wake it (its database away).
+WAKE_AGAIN = 1.0
 
 #: What the runs waiting here get when the process stops before they start.
 NOT_STARTED = "not started: hookrunner is shutting down"
@@ -227,7 +229,9 @@ class ClaimedRuns:
         state whose every claimable run comes from a finish here (the embedded one: `poll` None) is only
         looked at every LOOK_AGAIN seconds (its left-overs, when the disk refused their claim at start):
         the run that finished claims what it freed, and no wake per run is paid."""
-        waiter = self.state.wake()
+        waiter = self._waiter()
+        if waiter is None:
+            return
         poll = waiter.poll
         while not self._closing:
             if poll is None:
@@ -239,8 +243,22 @@ class ClaimedRuns:
                 waiter.wait(0)
             except (OSError, ValueError):  # closed at the stop
                 return
+            except StateUnavailable:  # the waiter's connection: made again at its next wait
+                self.waits.sleep(WAKE_AGAIN)
             self.claim_now()
             self._ended_elsewhere()  # a shared state: another replica may have run what waits here
+
+    def _waiter(self) -> Waiter | None:
+        """The state's Waiter; while the state cannot make one (the database away at the owner's start),
+        look for work every WAKE_AGAIN seconds meanwhile, so the watch outlives the outage. None: stopped."""
+        while not self._closing:
+            try:
+                return self.state.wake()
+            except StateUnavailable:
+                self.waits.sleep(WAKE_AGAIN)
+                self.claim_now()
+                self._ended_elsewhere()
+        return None
 
     def _ended_elsewhere(self) -> None:
         """End the runs waiting here that another replica claimed and finished, with their outcome."""

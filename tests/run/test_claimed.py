@@ -193,3 +193,34 @@ def test_a_finish_the_state_cannot_take_is_tried_again_while_the_lease_lasts() -
     future, _, _ = runs.admit(spec(3), Limits(), None, work_of("mine"))
     assert future.result(timeout=10) == "mine:3"  # answered before the finish is written
     assert eventually(lambda: state.finished == [(3, "exit status 0")], timeout=10)
+
+
+def test_a_watch_started_while_the_state_cannot_wake_it_lives_through_the_outage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The run owner's watch starts while the database is away (its LISTEN connection cannot be made): it
+    # keeps looking for work meanwhile, and waits on the waiter once the state can make one.
+    monkeypatch.setattr("hookrunner.run.claimed.WAKE_AGAIN", 0.05)
+    state = ScriptedState()
+    away = {"wakes": 3}
+
+    def wake() -> Waiter:
+        if away["wakes"]:
+            away["wakes"] -= 1
+            raise StateUnavailable("away")
+        return state.waiter
+
+    state.wake = wake  # type: ignore[method-assign]
+    runs = ClaimedRuns(state)  # type: ignore[arg-type]
+    runs.ended_elsewhere = lambda status: ("elsewhere", status)
+    state.admissions = [Admission(QUEUED, 4), Admission(QUEUED, 5)]
+    first, _, _ = runs.admit(spec(4), Limits(max_concurrency=1), None, work_of("mine"))
+    watch = threading.Thread(target=runs.watch, daemon=True)
+    watch.start()
+    state.ended[4] = "exit status 0"  # seen while the waiter still cannot be made
+    assert first.result(timeout=10) == ("elsewhere", "exit status 0")
+    assert eventually(lambda: away["wakes"] == 0, timeout=10)
+    second, _, _ = runs.admit(spec(5), Limits(max_concurrency=1), None, work_of("mine"))
+    state.ended[5] = "exit status 1"  # seen through the waiter's polls, once it is made
+    assert second.result(timeout=10) == ("elsewhere", "exit status 1")
+    assert watch.is_alive()
