@@ -7,6 +7,7 @@ docs/run-state.md, "The PostgreSQL backend: what landed", gives the schema and t
 from __future__ import annotations
 
 import json
+import os
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -38,6 +39,22 @@ _HOOK_LOCK = 0x686B72
 _CAP_LOCK = 0x686B73
 #: The database's clock, so that replicas' leases do not depend on theirs.
 _NOW = "extract(epoch FROM clock_timestamp())"
+
+
+def _process_space() -> str:
+    """Which pids this process sees: the kernel's boot and its pid namespace. A pid and a start time name
+    one process only there: a take-over on another node, or in another container, must not end a process
+    of its own that happens to bear a recorded pid and start time."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            boot = handle.read().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+#: This process's pid space (_process_space), recorded with every process a run starts.
+PROCESS_SPACE = _process_space()
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS hookrunner_schema (version integer NOT NULL);
@@ -284,7 +301,13 @@ class PostgresState:
         )
         claims = []
         for run_id, hook, request, spec, attempt, lease, accepted, processes in sorted(cur.fetchall()):
-            previous = tuple(ProcessId(int(pid), int(start)) for pid, start in processes)
+            # Only what ran in this pid space can be ended from here: the lost holder ends the rest itself
+            # (a replica that cannot renew its lease kills its commands) or died with its node.
+            previous = tuple(
+                ProcessId(int(entry[0]), int(entry[1]))
+                for entry in processes
+                if PROCESS_SPACE and len(entry) == 3 and entry[2] == PROCESS_SPACE
+            )
             claims.append(
                 Claim(
                     run_id,
@@ -325,7 +348,12 @@ class PostgresState:
             cur.execute(
                 "UPDATE hookrunner_runs SET processes = %s WHERE id = %s AND attempt = %s AND holder = %s"
                 " AND state = 'running'",
-                (Jsonb([[p.pid, p.start] for p in processes]), claim.run_id, claim.attempt, self.replica),
+                (
+                    Jsonb([[p.pid, p.start, PROCESS_SPACE] for p in processes]),
+                    claim.run_id,
+                    claim.attempt,
+                    self.replica,
+                ),
             )
             return cur.rowcount == 1
 

@@ -249,6 +249,29 @@ def test_a_replica_that_stops_renewing_loses_its_run_to_the_other(
     assert a.counts().running == 0
 
 
+def test_a_take_over_ends_only_processes_of_its_own_pid_space(
+    replicas: Callable[..., PostgresState], pg_database: str
+) -> None:
+    # A pid and a start time name a process only in the kernel boot and pid namespace they were read in:
+    # processes recorded by a replica on another node (or in another container) are not handed to the
+    # replica that takes the run over, which would end whatever of its own bears those numbers.
+    a = replicas("a", lease=0.5, grace=0.2)
+    b = replicas("b", lease=0.5, grace=0.2)
+    here = a.admit(spec("h", 1), Limits(), None, 0.0).claim
+    there = a.admit(spec("h", 2), Limits(), None, 0.0).claim
+    assert here is not None and there is not None
+    assert a.started(here, [ProcessId(4242, 777)])
+    assert a.started(there, [ProcessId(4343, 888)])
+    with psycopg.connect(pg_database) as conn:  # as a replica on another node would have recorded it
+        conn.execute(
+            "UPDATE hookrunner_runs SET processes = '[[4343, 888, \"another-boot/4026531836\"]]' WHERE id = %s",
+            (there.run_id,),
+        )
+    time.sleep(0.8)
+    taken = {claim.run_id: claim.previous for claim in b.claims(5)}
+    assert taken == {here.run_id: (ProcessId(4242, 777),), there.run_id: ()}
+
+
 def test_a_restarted_replica_takes_back_its_own_runs_at_once(replicas: Callable[..., PostgresState]) -> None:
     before = replicas("a")
     claim = before.admit(spec("h", 1), Limits(), None, 0.0).claim
