@@ -10,11 +10,13 @@ import os
 import re
 import subprocess
 import sys
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from test_serving import Server
+from test_serving import Server, wait_until
 
 #: The environment variable that names, to a command, the replica that runs it (start_replicas sets it).
 REPLICA_VARIABLE = "HOOKRUNNER_TEST_REPLICA"
@@ -143,3 +145,14 @@ def started_count(record: Path) -> int:
 def overlaps(runs: Sequence[Run]) -> list[tuple[Run, Run]]:
     """Pairs of runs that ran at the same time (runs in start order)."""
     return [(a, b) for a, b in zip(runs, runs[1:], strict=False) if b.start < a.end]
+
+
+def ran_once(record: Path, statuses: dict[str, int]) -> list[Run]:
+    """Every push answered 200 (`statuses` by seq) ran exactly once and nothing else ran; returns the runs."""
+    accepted = {seq for seq, status in statuses.items() if status == 200}
+    assert wait_until(lambda: len(recorded_runs(record)) >= len(accepted), timeout=60), record.read_text()
+    time.sleep(0.5)  # nothing more may start
+    runs = recorded_runs(record)
+    assert started_count(record) == len(runs)
+    assert Counter(run.seq for run in runs) == Counter(accepted), (sorted(accepted), runs)
+    return runs
