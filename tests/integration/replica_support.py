@@ -76,7 +76,7 @@ def start_replicas(
 ) -> list[Server]:
     """`count` replicas named r1, r2, ..., each its own folder and hooks file (`hooks_of(name)`), all on
     the database at `url`, each with REPLICA_VARIABLE set to its name for its commands; each answering
-    once started. `servers` stops them at the test's end."""
+    once started and its run owner has a worker. `servers` stops them at the test's end."""
     return [start_replica(tmp_path, servers, url, f"r{n}", hooks_of, *flags) for n in range(1, count + 1)]
 
 
@@ -99,6 +99,9 @@ def start_replica(
     )
     servers.append(server)
     server.ready()
+    # GET / is the worker's own: a push is admitted only once the run owner has the worker's connection,
+    # which with -state-url comes after the owner's first round trips to the database.
+    assert server.wait_for_log("connected to the run owner", timeout=15), server.log
     return server
 
 

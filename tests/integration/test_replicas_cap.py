@@ -88,6 +88,7 @@ def test_the_measure_sees_a_cap_per_replica_on_the_embedded_state(
         replicas.append(server)
     for server in replicas:
         server.ready()
+        assert server.wait_for_log("connected to the run owner", timeout=15), server.log
     statuses = push_spread(replicas)
     assert set(statuses.values()) == {200}, statuses
     runs = ran_once(record, statuses)
