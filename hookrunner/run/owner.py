@@ -277,6 +277,10 @@ class Owner:
         #: Counts a worker's `count` (ops/metrics.py's count_request); None: no metrics, counts dropped.
         self.count: Callable[[object, object], bool] | None = None
         self.scrape_wait = SCRAPE_WAIT
+        #: Admit each run apart from its connection's reader (set when admissions wait on the network, with
+        #: -state-url): one admission waiting in the database then holds back neither the worker's other
+        #: messages (its other runs, its counts) nor a scrape, which waits until every connection is read.
+        self.admit_apart = False
         #: The hooks generation every worker must serve, with its message's fields and bytes (publish_hooks).
         self._hooks: tuple[int, dict[str, object], bytes] | None = None
 
@@ -385,7 +389,10 @@ class Owner:
                 if isinstance(number, int) and not isinstance(number, bool):
                     connection.send(Message("refused", {"id": number, "why": str(exc)}))
                 return
-            self._admit(connection, order)
+            if self.admit_apart:
+                self._spawn(lambda: self._admit(connection, order))
+            else:
+                self._admit(connection, order)
         elif message.kind == "part":
             number = message.get("id")
             if not isinstance(number, int) or isinstance(number, bool):

@@ -63,6 +63,7 @@ def serve_runs(control: socket.socket, epoch: int) -> int:
     waits = GreenWaits()
     runner.use(waits)
     owner = Owner(runner, waits.launch, epoch)
+    owner.admit_apart = bool(config.state_url)  # an admission waits on the database: apart from its reader
     if config.metrics:
         owner.exposition = metrics.enable(ctx.registry, runner).host_exposition
         owner.count = metrics.count_request

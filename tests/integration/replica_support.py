@@ -10,11 +10,13 @@ import os
 import re
 import subprocess
 import sys
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from test_serving import Server
+from test_serving import Server, wait_until
 
 #: The environment variable that names, to a command, the replica that runs it (start_replicas sets it).
 REPLICA_VARIABLE = "HOOKRUNNER_TEST_REPLICA"
@@ -74,7 +76,7 @@ def start_replicas(
 ) -> list[Server]:
     """`count` replicas named r1, r2, ..., each its own folder and hooks file (`hooks_of(name)`), all on
     the database at `url`, each with REPLICA_VARIABLE set to its name for its commands; each answering
-    once started. `servers` stops them at the test's end."""
+    once started and its run owner has a worker. `servers` stops them at the test's end."""
     return [start_replica(tmp_path, servers, url, f"r{n}", hooks_of, *flags) for n in range(1, count + 1)]
 
 
@@ -97,6 +99,9 @@ def start_replica(
     )
     servers.append(server)
     server.ready()
+    # GET / is the worker's own: a push is admitted only once the run owner has the worker's connection,
+    # which with -state-url comes after the owner's first round trips to the database.
+    assert server.wait_for_log("connected to the run owner", timeout=15), server.log
     return server
 
 
@@ -143,3 +148,14 @@ def started_count(record: Path) -> int:
 def overlaps(runs: Sequence[Run]) -> list[tuple[Run, Run]]:
     """Pairs of runs that ran at the same time (runs in start order)."""
     return [(a, b) for a, b in zip(runs, runs[1:], strict=False) if b.start < a.end]
+
+
+def ran_once(record: Path, statuses: dict[str, int]) -> list[Run]:
+    """Every push answered 200 (`statuses` by seq) ran exactly once and nothing else ran; returns the runs."""
+    accepted = {seq for seq, status in statuses.items() if status == 200}
+    assert wait_until(lambda: len(recorded_runs(record)) >= len(accepted), timeout=60), record.read_text()
+    time.sleep(0.5)  # nothing more may start
+    runs = recorded_runs(record)
+    assert started_count(record) == len(runs)
+    assert Counter(run.seq for run in runs) == Counter(accepted), (sorted(accepted), runs)
+    return runs

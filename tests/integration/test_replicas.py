@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from pg_cluster import Cluster
 from replica_support import (
     Run,
     overlaps,
+    ran_once,
     recorded_runs,
     recording_hook,
     start_replicas,
@@ -43,12 +43,7 @@ def push_spread(replicas: list[Server], count: int, hook: str = "record") -> dic
 def check_once_and_alone(record: Path, statuses: dict[str, int]) -> list[Run]:
     """Every push answered 200 ran exactly once, nothing else ran, and no two runs overlapped; returns
     the runs."""
-    accepted = {seq for seq, status in statuses.items() if status == 200}
-    assert wait_until(lambda: len(recorded_runs(record)) >= len(accepted), timeout=60), record.read_text()
-    time.sleep(0.5)  # nothing more may start
-    runs = recorded_runs(record)
-    assert started_count(record) == len(runs)
-    assert Counter(run.seq for run in runs) == Counter(accepted), (sorted(accepted), runs)
+    runs = ran_once(record, statuses)
     assert overlaps(runs) == []
     return runs
 
