@@ -218,9 +218,9 @@ class HookApp:
         elif "ready" in request.args and len(self.registry) == 0:
             # Readiness: a runner whose hooks files gave no hooks should get no traffic.
             response = answer(503, b"No hooks are loaded.", self.global_headers, TEXT_PLAIN)
-        elif "ready" in request.args and not self.config.state_url and not self.runner.accepts_runs():
-            # The journal is this replica's own; a -state-url database is every replica's (operations.md).
-            response = answer(503, MSG_UNJOURNALED, self.global_headers, TEXT_PLAIN)
+        elif "ready" in request.args and not self.runner.accepts_runs():  # the run owner's answer
+            unready = MSG_UNAVAILABLE if self.config.state_url else MSG_UNJOURNALED  # docs/operations.md
+            response = answer(503, unready, self.global_headers, TEXT_PLAIN)
         else:
             response = answer(200, b"OK", self.global_headers, TEXT_PLAIN)
         self.access_log(rid, response, started)
