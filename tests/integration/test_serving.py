@@ -396,20 +396,25 @@ def test_sigint_is_graceful_too(tmp_path: Path, servers: list[Server]) -> None:
     assert "caught interrupt signal; exiting" in server.log
 
 
-def test_worker_replaced_after_a_crash_serves_current_hooks(tmp_path: Path, servers: list[Server]) -> None:
+def test_worker_replaced_after_a_crash_serves_the_hosts_current_hooks(tmp_path: Path, servers: list[Server]) -> None:
+    # The hooks are the host's (the run owner reloads them, issue 32 step 9): a worker the master starts in
+    # place of a dead one serves, from its very first answer, the hooks the host last loaded, not those of
+    # start-up time; and a file changed with no reload (no -hotreload, no signal) is no more served by it
+    # than by any other worker, as webhook serves such a file only once told to reload.
     server = Server(tmp_path, [ECHO_HOOK])
     servers.append(server)
     server.ready()
-    worker = server.worker_pid()
     server.write_hooks([{"id": "later", "execute-command": "/bin/echo", "response-message": "later"}])
-    os.kill(worker, signal.SIGKILL)
-    # The master starts a new worker, which reads the files again before it answers anything: its very
-    # first answer already comes from the current file, not from the hooks of start-up time.
+    server.signal(signal.SIGUSR1)
+    assert wait_until(lambda: _quiet_request(server, "/hooks/later") == 200, timeout=10), server.log
+    server.write_hooks([{"id": "unreloaded", "execute-command": "/bin/echo"}])
+    os.kill(server.worker_pid(), signal.SIGKILL)
     answers: list[int] = []
     assert wait_until(lambda: answers.append(_quiet_request(server, "/hooks/hello")) or answers[-1] != 0,
                       timeout=15), server.log
-    assert answers[-1] == 404
+    assert answers[-1] == 404  # start-up's hook: gone with the reload
     assert _quiet_request(server, "/hooks/later") == 200
+    assert _quiet_request(server, "/hooks/unreloaded") == 404
     assert server.stop() == 0
 
 
