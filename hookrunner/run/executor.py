@@ -23,7 +23,7 @@ from hookrunner.hooks.request import Request
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.claimed import NOT_STARTED, ClaimedRuns, Held
-from hookrunner.run.history import Recorder, Ticket
+from hookrunner.run.history import Recorder, Ticket, record_key
 from hookrunner.run.prepare import coalesce_group, inherited_environment, prepare
 from hookrunner.run.processes import ProcessTracker, RunProcesses, end_previous_attempt
 from hookrunner.run.spawn import Exit, Listener, Output, StartSignal, Waits, start_process
@@ -231,15 +231,18 @@ class CommandRunner:
     ) -> tuple[Future[CommandResult], str, bool]:
         """Admit through the run state (with a journal, the run is written down first); returns the future,
         how, and whether the run holds its claim now. Raises Busy, JournalUnwritable or StateUnavailable."""
-        ticket = self.history.ticket(spec.request_id, hook.id) if self.history is not None else None
+        accepted_at = time.time()  # the ticket's and the state's: a shared history's record key has it
+        history = self.history
+        ticket = history.ticket(spec.request_id, hook.id, accepted_at) if history is not None else None
 
         def work(claim: Claim, held: Held) -> tuple[CommandResult, str]:
-            # A coalesced request's run starts with the newest request's work (its hook, ticket, stream).
-            result = self._claimed_run(hook, claim, held, ticket, on_output)
+            # A coalesced request's run starts with the newest request's work (its hook, ticket, stream);
+            # with a shared state the newest request may be another replica's: its record tells the run.
+            result = self._claimed_run(hook, claim, held, self._adopted(claim, ticket), on_output)
             return result, result.error or "exit status 0"
 
         try:
-            future, how, now = self.runs.admit(spec, hook.limits, group, work)
+            future, how, now = self.runs.admit(spec, hook.limits, group, work, accepted_at)
         except Busy:
             _refused(ticket)
             raise
@@ -271,13 +274,25 @@ class CommandRunner:
         for left in left_overs:
             self._replays[left.run_id] = self._announce(left.run_id, left.spec, left.accepted_at, True)
 
+    def _adopted(self, claim: Claim, mine: Ticket | None = None) -> Ticket | None:
+        """The record a shared state's first attempt tells: its request's (`mine`, or another's)."""
+        if self.history is None or not claim.admitted_by or claim.replayed:
+            return mine
+        spec = claim.spec
+        if mine is not None and mine.key == record_key(claim.admitted_by, spec.request_id, claim.accepted_at):
+            return mine
+        return self.history.adopt(claim.admitted_by, spec.request_id, spec.hook_id, claim.accepted_at)
+
     def _announce(
-        self, run_id: int, spec: RunSpec, accepted_at: float, replayed: bool
+        self, run_id: int, spec: RunSpec, accepted_at: float, replayed: bool, adopted: Ticket | None = None
     ) -> tuple[Hook | None, str, Ticket | None]:
-        """A run this process did not admit: its hook now, why it will not run ("": it will), its ticket."""
+        """A run this process did not admit: its hook now, why it will not run ("": it will), its ticket
+        (`adopted`: the record its admitting replica made, else one of its own)."""
         hook = self.find(spec.hook_id)
         history = self.history
-        ticket = history.ticket(spec.request_id, spec.hook_id) if history is not None else None
+        ticket = adopted
+        if ticket is None and history is not None:
+            ticket = history.ticket(spec.request_id, spec.hook_id)
         if hook is None or (replayed and not hook.replay):
             why = "no such hook" if hook is None else "replay is false"
             log.output(
@@ -291,7 +306,7 @@ class CommandRunner:
             if history is not None:
                 history.replaying(spec.request_id, spec.hook_id, accepted_at)
             metrics.record_journal("replayed")
-        if ticket is not None:
+        if ticket is not None and adopted is None:
             ticket.admitted("replayed" if replayed else "started")
         return hook, "", ticket
 
@@ -300,7 +315,9 @@ class CommandRunner:
         holder's lease and grace, or another replica's queued run; the status its finish records."""
         announced = self._replays.pop(claim.run_id, None)
         if announced is None:
-            announced = self._announce(claim.run_id, claim.spec, claim.accepted_at, claim.replayed)
+            announced = self._announce(
+                claim.run_id, claim.spec, claim.accepted_at, claim.replayed, self._adopted(claim)
+            )
         hook, why, ticket = announced
         if hook is None or why:
             # Its output has no reader and its timeout no keeper any more: it is ended all the same.

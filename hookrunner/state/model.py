@@ -97,6 +97,9 @@ class Claim:
     accepted_at: float = 0.0
     previous: tuple[ProcessId, ...] = ()
     replayed: bool = False
+    #: The replica that admitted the request whose spec the run holds (a shared state's; "" on one host):
+    #: with accepted_at and the request id, which history record the run is.
+    admitted_by: str = ""
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,9 @@ def lifecycle(history: Recorder, n: int, hook: str = "deploy", error: str | None
 def without_replica(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Records as the embedded store gives them: no `replica`, and `seq` left out (each store numbers its
     own records: growing, unique, but SQLite's counts every event)."""
-    return [{k: v for k, v in record.items() if k not in ("replica", "seq")} for record in records]
+    return [
+        {k: v for k, v in record.items() if k not in ("replica", "admitted_by", "seq")} for record in records
+    ]
 
 
 def test_the_same_records_as_the_embedded_store_for_the_same_events(
@@ -101,7 +103,8 @@ def test_the_same_records_as_the_embedded_store_for_the_same_events(
     reader: HistoryReader = readers()
     shared = reader.runs(limit=500)
     assert [r["replica"] for r in shared] == ["a"] * 8
-    assert list(shared[0]) == [*embedded.runs(limit=1)[0], "replica"]  # the same fields, in order, then who
+    # The same fields, in order, then who ran it and who admitted it.
+    assert list(shared[0]) == [*embedded.runs(limit=1)[0], "replica", "admitted_by"]
     assert without_replica(shared) == without_replica(embedded.runs(limit=500))
     for n in range(1, 9):
         assert without_replica([reader.run(f"run-{n}") or {}]) == without_replica(
@@ -210,6 +213,52 @@ def test_a_replay_by_another_replica_marks_the_earlier_record(
         ("b", "replayed", "ok"),
         ("a", "immediate", "replayed"),
     ]
+
+
+def test_a_run_admitted_by_one_replica_and_run_by_another_is_one_record_in_any_order(
+    states: Callable[[str], PostgresState], readers: Callable[..., PostgresHistory]
+) -> None:
+    # Replica a admits (its ticket is the record), replica b runs it on an adopted ticket; a then learns
+    # that the run ended elsewhere and ends its ticket as served by it, which the runner's events outrank.
+    a_state, b_state = states("a"), states("b")
+    a, b = recorder(a_state.record, keep=64), recorder(b_state.record, keep=64)
+    a.replica, b.replica = "a", "b"
+    reader = readers()
+    b_first = b.adopt("a", "early", "deploy", 7.0)  # b's events folded before a's own
+    b_first.started(spec(1))
+    reader.catch_up()
+    assert [(r["id"], r["kind"], r["outcome"]) for r in reader.runs()] == [("early", "immediate", "running")]
+    admitted = a.ticket("early", "deploy", 7.0)
+    admitted.admitted("queued")
+    b_first.output(b"half")
+    b.batcher.flush()
+    reader.catch_up()
+    running = reader.run("early")
+    assert running is not None and (running["outcome"], running["replica"], running["output"]) == (
+        "running",
+        "b",
+        b"half",
+    )
+    b_first.finished(b"half and all\n", None)
+    admitted.served_by_run(None)  # a's word, after the runner's: ignored
+    admitted_only = a.ticket("late", "deploy", 8.0)
+    admitted_only.admitted("queued")
+    reader.catch_up()
+    late = b.adopt("a", "late", "deploy", 8.0)
+    late.started(spec(2))
+    late.finished(b"", "exit status 2")
+    admitted_only.served_by_run("exit status 2")
+    reader.catch_up()
+    runs = reader.runs()
+    assert [
+        (r["id"], r["kind"], r["outcome"], r["replica"], r["admitted_by"], r["detail"], r["exit_code"])
+        for r in runs
+    ] == [
+        ("late", "queued", "failed", "b", "a", "exit status 2", 2),
+        ("early", "queued", "ok", "b", "a", "", 0),
+    ]
+    early = reader.run("early")
+    assert early is not None and early["output"] == b"half and all\n" and early["started_at"] is not None
 
 
 def test_malformed_events_are_ignored_and_folding_goes_on(
