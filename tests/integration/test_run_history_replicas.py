@@ -431,3 +431,46 @@ def test_pushes_coalesced_across_replicas_show_one_run(
     for server in (a, b):
         assert "Traceback" not in server.log
         assert server.stop() == 0
+
+
+def test_runs_queued_by_a_killed_replica_are_its_records_run_by_another(
+    tmp_path: Path, servers: list[Server], state_url: str
+) -> None:
+    gate = tmp_path / "gate"
+    hooks = [who_ran("one", gate, **{"max-concurrency": 1, "max-queue": 10})]
+    flags = ("-state-lease", "2s", "-state-grace", "1s")
+    (a, _), (b, admin_b) = named_replicas(tmp_path, servers, state_url, hooks, *flags)
+    assert trigger(a, "one", "hold") == 200  # replica A runs it, and queues the next two
+    assert wait_until(lambda: runs_by_id(admin_b).get("hold", {}).get("outcome") == "running", timeout=20)
+    for rid in ("q1", "q2"):
+        assert trigger(a, "one", rid) == 200
+    for pid in [a.process.pid, *master_children(a.process.pid)]:
+        os.kill(pid, signal.SIGKILL)
+    a.process.wait(timeout=10)
+    gate.touch()  # B's take-over of `hold` ends at once, then B runs the queued runs A admitted
+    ids = {"hold", "q1", "q2"}
+
+    def settled() -> bool:
+        found = records_of(admin_b, ids)
+        return len(found["hold"]) == 2 and all(runs and runs[0]["outcome"] == "ok" for runs in found.values())
+
+    assert wait_until(settled, timeout=40), (records_of(admin_b, ids), b.log)
+    time.sleep(1.5)
+    found = records_of(admin_b, ids)
+    # The take-over is told as a replay (two records, as on one host); the queued runs are one record each.
+    assert [(r["replica"], r["kind"], r["outcome"]) for r in found["hold"]] == [
+        ("replica-b", "replayed", "ok"),
+        ("replica-a", "immediate", "replayed"),
+    ]
+    for rid in ("q1", "q2"):
+        assert len(found[rid]) == 1, found
+        (run,) = found[rid]
+        assert (run["kind"], run["outcome"], run["replica"], run["admitted_by"]) == (
+            "queued",
+            "ok",
+            "replica-b",
+            "replica-a",
+        ), run
+        assert ran_on(admin_b, rid) == "replica-b"
+    assert "Traceback" not in b.log
+    assert b.stop() == 0
