@@ -23,7 +23,7 @@ from hookrunner.hooks.request import Request
 from hookrunner.ops import metrics
 from hookrunner.ops.log import log
 from hookrunner.run.claimed import NOT_STARTED, ClaimedRuns, Held
-from hookrunner.run.history import Recorder, Ticket, record_key
+from hookrunner.run.history import Recorder, Ticket
 from hookrunner.run.prepare import coalesce_group, inherited_environment, prepare
 from hookrunner.run.processes import ProcessTracker, RunProcesses, end_previous_attempt
 from hookrunner.run.spawn import Exit, Listener, Output, StartSignal, Waits, start_process
@@ -31,7 +31,7 @@ from hookrunner.run.tempfiles import create_temp, write_temp
 from hookrunner.state.backend import RunState, StateUnavailable
 from hookrunner.state.embedded import EmbeddedState
 from hookrunner.state.journal import Journal, JournalUnwritable, LeftOver, RunSpec, accepts_runs
-from hookrunner.state.model import Claim, Outcome, ProcessId
+from hookrunner.state.model import Claim, Outcome, ProcessId, record_key
 from hookrunner.state.slots import Busy
 
 #: How long a background run's answer waits for its process to start, at most (the gevent worker). Under

@@ -28,8 +28,10 @@ from hookrunner.state.model import (
     QUEUED,
     REFUSED,
     RUNNING,
+    SERVED_BY_RUN,
     TIMED_OUT,
     Event,
+    record_key,
 )
 
 #: The scheduler's words for how it admitted a run, as record kinds.
@@ -137,15 +139,9 @@ class Ticket:
     def served_by_run(self, error: str | None) -> None:
         """Its request was coalesced into a later one, whose run has ended: the same outcome, no output."""
         fields = classify(error)
-        fields["detail"] = ("coalesced: a later request's run ran instead; " + fields["detail"]).rstrip("; ")
+        fields["detail"] = (f"{SERVED_BY_RUN}; " + fields["detail"]).rstrip("; ")
         fields["ended_at"] = time.time()
         self._recorder.end(self, fields)
-
-
-def record_key(admitted_by: str, run_id: str, accepted_at: float) -> str:
-    """The key of a run's record in a shared history: `@`, the replica that admitted its request, the
-    request's id and when it was accepted (what the run state keeps of it, so any replica can name it)."""
-    return f"@{admitted_by} {run_id} {accepted_at!r}"
 
 
 class Recorder:

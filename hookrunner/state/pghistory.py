@@ -34,7 +34,17 @@ from hookrunner.state.historystore import (
     as_record,
     runs_where,
 )
-from hookrunner.state.model import CANCELLED, FINAL_OUTCOMES, PENDING, REPLAYED, RUNNING, Event
+from hookrunner.state.model import (
+    CANCELLED,
+    COALESCED,
+    FINAL_OUTCOMES,
+    PENDING,
+    REPLAYED,
+    RUNNING,
+    SERVED_BY_RUN,
+    Event,
+    record_key,
+)
 from hookrunner.state.pgconn import Connections
 from hookrunner.state.postgres import create_schema
 
@@ -75,6 +85,8 @@ ALTER TABLE hookrunner_history ADD COLUMN IF NOT EXISTS admitted_by text NOT NUL
 CREATE INDEX IF NOT EXISTS hookrunner_history_hook ON hookrunner_history (hook, seq);
 CREATE INDEX IF NOT EXISTS hookrunner_history_id ON hookrunner_history (id, seq);
 CREATE INDEX IF NOT EXISTS hookrunner_history_accepted ON hookrunner_history (accepted_at);
+-- the run state's run of a coalesced request, found when the requests it displaced end with it
+CREATE INDEX IF NOT EXISTS hookrunner_runs_request ON hookrunner_runs (request_id);
 CREATE TABLE IF NOT EXISTS hookrunner_history_hooks (
     file text PRIMARY KEY,
     replica text NOT NULL,
@@ -83,17 +95,8 @@ CREATE TABLE IF NOT EXISTS hookrunner_history_hooks (
 """
 
 #: A record's columns as this module writes them (all but `seq`).
-_COLUMNS = (
-    "key",
-    "replica",
-    "admitted_by",
-    *EVENT_SCALARS,
-    "duration",
-    *JSON_FIELDS,
-    "output",
-    "live_output",
-    "live_size",
-)
+_RECORD = ("key", "replica", "admitted_by", *EVENT_SCALARS, "duration", *JSON_FIELDS, "output")
+_COLUMNS = (*_RECORD, "live_output", "live_size")
 _DEFAULTS: dict[str, Any] = {
     **dict.fromkeys(_COLUMNS),
     "id": "",
@@ -421,6 +424,8 @@ class _Fold:
         self.output_limit = output_limit
         self.rows: dict[str, dict[str, Any]] = {}
         self.dirty: dict[str, dict[str, Any]] = {}
+        #: Records of coalesced runs that ran and ended in this batch: the requests they served end too.
+        self.served: dict[str, dict[str, Any]] = {}
 
     def apply(self, events: list[tuple[int, str, Any]]) -> int:
         """Returns how many records the batch began."""
@@ -454,6 +459,7 @@ class _Fold:
                 ]
                 _write_hooks(self.cur, replica, entries)
         self._flush()
+        self._end_displaced()
         return created
 
     def _run(self, key: str, replica: str, event: Event) -> int:
@@ -498,6 +504,7 @@ class _Fold:
             row["outcome"] = outcome
             if outcome in FINAL_OUTCOMES:
                 row["live_output"] = row["live_size"] = None
+                self.served[key] = row
         row.update(values)
         if row["ended_at"] is not None and row["started_at"] is not None:
             row["duration"] = row["ended_at"] - row["started_at"]
@@ -540,6 +547,34 @@ class _Fold:
         for (key,) in self.cur.fetchall():
             if key in self.rows:
                 self.rows[key].update(outcome=REPLAYED, detail=detail)
+
+    def _end_displaced(self) -> None:
+        """The requests a coalesced run that ran stood for (the run state's rows folded into it) end with
+        its outcome, as their own replica ends them (run/history.py's served_by_run): here too, since that
+        replica may be gone. Only records still pending change."""
+        ran = [r for r in self.served.values() if r["kind"] == COALESCED and r["started_at"] is not None]
+        self.served = {}
+        for row in ran:
+            self.cur.execute(
+                "SELECT d.admitted_by, d.request_id, d.accepted_at FROM hookrunner_runs AS t"
+                " JOIN hookrunner_runs AS d ON d.coalesced_into = t.id WHERE t.hook_id = %s"
+                " AND t.request_id = %s AND t.admitted_by = %s AND t.accepted_at = %s",
+                (row["hook"], row["id"], row["admitted_by"], row["accepted_at"]),
+            )
+            keys = [record_key(*found)[1:] for found in self.cur.fetchall()]
+            if not keys:
+                continue
+            ended = {name: row[name] for name in ("outcome", "exit_code", "signal", "ended_at")}
+            ended["detail"] = (f"{SERVED_BY_RUN}; " + row["detail"]).rstrip("; ")
+            self.cur.execute(
+                "UPDATE hookrunner_history SET outcome = %(outcome)s, exit_code = %(exit_code)s,"
+                " signal = %(signal)s, detail = %(detail)s, ended_at = %(ended_at)s"
+                " WHERE key = ANY(%(keys)s) AND outcome = 'pending' RETURNING key",
+                {**ended, "keys": keys},
+            )
+            for (key,) in self.cur.fetchall():
+                if key in self.rows:
+                    self.rows[key].update(ended)
 
     def _flush(self) -> None:
         """Write the changed records: new ones first, in the order they began (their seq follows it)."""

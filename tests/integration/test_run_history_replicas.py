@@ -37,7 +37,7 @@ from test_run_history_follow import (
     follow,
     gated,
 )
-from test_serving import Server, master_children, python_hook, wait_until
+from test_serving import Server, master_children, python_hook, run_owner_pids, wait_until
 
 from hookrunner.run.history import Recorder
 from hookrunner.state.model import RunSpec
@@ -363,8 +363,12 @@ def test_a_push_queued_by_one_replica_and_run_by_another_is_one_record(
     queued = {f"q{n}" for n in range(1, 4)}
     for rid in sorted(queued):
         assert trigger(a, "one", rid) == 200  # admitted by replica A, queued
-    # Replica A stopped (SIGSTOP) while B's run ends: B claims and runs every queued run.
-    stopped = [a.process.pid, *master_children(a.process.pid)]
+    # A's run owner stopped (SIGSTOP) while B's run ends: B claims and runs every queued run. It is stopped
+    # once quiet (its records written), so not in the middle of a transaction that B would wait for.
+    assert wait_until(lambda: all(runs_by_id(admin_b).get(rid) for rid in queued), timeout=20)
+    time.sleep(0.5)
+    stopped = run_owner_pids(a.process.pid)
+    assert stopped
     for pid in stopped:
         os.kill(pid, signal.SIGSTOP)
     try:

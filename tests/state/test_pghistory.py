@@ -16,6 +16,7 @@ import pytest
 from pg_cluster import Cluster
 from waiting import eventually
 
+from hookrunner.hooks.model import Limits
 from hookrunner.run.history import Recorder
 from hookrunner.state.backend import HistoryReader, StateUnavailable
 from hookrunner.state.historystore import HistoryStore
@@ -259,6 +260,39 @@ def test_a_run_admitted_by_one_replica_and_run_by_another_is_one_record_in_any_o
     ]
     early = reader.run("early")
     assert early is not None and early["output"] == b"half and all\n" and early["started_at"] is not None
+
+
+def test_requests_coalesced_into_a_run_end_with_it_though_their_replica_is_gone(
+    states: Callable[[str], PostgresState], readers: Callable[..., PostgresHistory]
+) -> None:
+    # Replica a admits c1 (queued behind `hold`) and dies; b's c2 and c3 are coalesced into its run, which
+    # b runs with c3's values: c1's and c2's records end with it, c1's though nobody is left to end it.
+    limits = Limits(max_concurrency=1, coalesce=True)
+    a_state, b_state = states("a"), states("b")
+    a, b = recorder(a_state.record), recorder(b_state.record)
+    a.replica, b.replica = "a", "b"
+    tickets = {}
+    for rid, state, history, at in (
+        ("hold", a_state, a, 10.0),
+        ("c1", a_state, a, 11.0),
+        ("c2", b_state, b, 12.0),
+        ("c3", b_state, b, 13.0),
+    ):
+        tickets[rid] = history.ticket(rid, "h", at)
+        admission = state.admit(RunSpec("h", rid, "/bin/true", (), (), (), "/"), limits, None, at)
+        tickets[rid].admitted(admission.how)
+    tickets["c3"].started(spec(3, "h"))
+    tickets["c3"].finished(b"", "exit status 1")
+    reader = readers()
+    reader.catch_up()
+    runs = {r["id"]: r for r in reader.runs()}
+    assert [(r["kind"], r["outcome"], r["detail"]) for r in (runs["c1"], runs["c2"], runs["c3"])] == [
+        ("queued", "failed", "coalesced: a later request's run ran instead; exit status 1"),
+        ("coalesced", "failed", "coalesced: a later request's run ran instead; exit status 1"),
+        ("coalesced", "failed", "exit status 1"),
+    ]
+    assert runs["c1"]["exit_code"] == 1 and runs["c1"]["started_at"] is None
+    assert (runs["hold"]["outcome"], runs["hold"]["kind"]) == ("pending", "immediate")  # not served by it
 
 
 def test_malformed_events_are_ignored_and_folding_goes_on(
