@@ -31,7 +31,7 @@ from hookrunner.run.tempfiles import create_temp, write_temp
 from hookrunner.state.backend import RunState, StateUnavailable
 from hookrunner.state.embedded import EmbeddedState
 from hookrunner.state.journal import Journal, JournalUnwritable, LeftOver, RunSpec, accepts_runs
-from hookrunner.state.model import Claim, Outcome, ProcessId
+from hookrunner.state.model import Claim, Outcome, ProcessId, record_key
 from hookrunner.state.slots import Busy
 
 #: How long a background run's answer waits for its process to start, at most (the gevent worker). Under
@@ -232,15 +232,18 @@ class CommandRunner:
     ) -> tuple[Future[CommandResult], str, bool]:
         """Admit through the run state (with a journal, the run is written down first); returns the future,
         how, and whether the run holds its claim now. Raises Busy, JournalUnwritable or StateUnavailable."""
-        ticket = self.history.ticket(spec.request_id, hook.id) if self.history is not None else None
+        accepted_at = time.time()  # the ticket's and the state's: a shared history's record key has it
+        history = self.history
+        ticket = history.ticket(spec.request_id, hook.id, accepted_at) if history is not None else None
 
         def work(claim: Claim, held: Held) -> tuple[CommandResult, str]:
-            # A coalesced request's run starts with the newest request's work (its hook, ticket, stream).
-            result = self._claimed_run(hook, claim, held, ticket, on_output)
+            # A coalesced request's run starts with the newest request's work (its hook, ticket, stream);
+            # with a shared state the newest request may be another replica's: its record tells the run.
+            result = self._claimed_run(hook, claim, held, self._adopted(claim, ticket), on_output)
             return result, result.error or "exit status 0"
 
         try:
-            future, how, now = self.runs.admit(spec, hook.limits, group, work)
+            future, how, now = self.runs.admit(spec, hook.limits, group, work, accepted_at)
         except Busy:
             _refused(ticket)
             raise
@@ -272,13 +275,25 @@ class CommandRunner:
         for left in left_overs:
             self._replays[left.run_id] = self._announce(left.run_id, left.spec, left.accepted_at, True)
 
+    def _adopted(self, claim: Claim, mine: Ticket | None = None) -> Ticket | None:
+        """The record a shared state's first attempt tells: its request's (`mine`, or another's)."""
+        if self.history is None or not claim.admitted_by or claim.replayed:
+            return mine
+        spec = claim.spec
+        if mine is not None and mine.key == record_key(claim.admitted_by, spec.request_id, claim.accepted_at):
+            return mine
+        return self.history.adopt(claim.admitted_by, spec.request_id, spec.hook_id, claim.accepted_at)
+
     def _announce(
-        self, run_id: int, spec: RunSpec, accepted_at: float, replayed: bool
+        self, run_id: int, spec: RunSpec, accepted_at: float, replayed: bool, adopted: Ticket | None = None
     ) -> tuple[Hook | None, str, Ticket | None]:
-        """A run this process did not admit: its hook now, why it will not run ("": it will), its ticket."""
+        """A run this process did not admit: its hook now, why it will not run ("": it will), its ticket
+        (`adopted`: the record its admitting replica made, else one of its own)."""
         hook = self.find(spec.hook_id)
         history = self.history
-        ticket = history.ticket(spec.request_id, spec.hook_id) if history is not None else None
+        ticket = adopted
+        if ticket is None and history is not None:
+            ticket = history.ticket(spec.request_id, spec.hook_id)
         if hook is None or (replayed and not hook.replay):
             why = "no such hook" if hook is None else "replay is false"
             log.output(
@@ -292,7 +307,7 @@ class CommandRunner:
             if history is not None:
                 history.replaying(spec.request_id, spec.hook_id, accepted_at)
             metrics.record_journal("replayed")
-        if ticket is not None:
+        if ticket is not None and adopted is None:
             ticket.admitted("replayed" if replayed else "started")
         return hook, "", ticket
 
@@ -301,7 +316,9 @@ class CommandRunner:
         holder's lease and grace, or another replica's queued run; the status its finish records."""
         announced = self._replays.pop(claim.run_id, None)
         if announced is None:
-            announced = self._announce(claim.run_id, claim.spec, claim.accepted_at, claim.replayed)
+            announced = self._announce(
+                claim.run_id, claim.spec, claim.accepted_at, claim.replayed, self._adopted(claim)
+            )
         hook, why, ticket = announced
         if hook is None or why:
             # Its output has no reader and its timeout no keeper any more: it is ended all the same.

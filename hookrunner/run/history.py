@@ -28,8 +28,10 @@ from hookrunner.state.model import (
     QUEUED,
     REFUSED,
     RUNNING,
+    SERVED_BY_RUN,
     TIMED_OUT,
     Event,
+    record_key,
 )
 
 #: The scheduler's words for how it admitted a run, as record kinds.
@@ -37,7 +39,6 @@ _KIND_OF = {"started": IMMEDIATE, "queued": QUEUED, "coalesced": COALESCED}
 
 _EXIT = re.compile(r"exit status (-?[0-9]+)")
 _SIGNAL = re.compile(r"signal: (.+?)\)?$")
-
 
 
 class Spec(Protocol):
@@ -138,7 +139,7 @@ class Ticket:
     def served_by_run(self, error: str | None) -> None:
         """Its request was coalesced into a later one, whose run has ended: the same outcome, no output."""
         fields = classify(error)
-        fields["detail"] = ("coalesced: a later request's run ran instead; " + fields["detail"]).rstrip("; ")
+        fields["detail"] = (f"{SERVED_BY_RUN}; " + fields["detail"]).rstrip("; ")
         fields["ended_at"] = time.time()
         self._recorder.end(self, fields)
 
@@ -147,8 +148,13 @@ class Recorder:
     """Makes a ticket per run and sends its events, in order, to `sink`; knows the tickets still open so
     that a stop can close them (cancelled)."""
 
-    def __init__(self, sink: Callable[[Event], None], output_limit: int = 64 << 10) -> None:
+    def __init__(
+        self, sink: Callable[[Event], None], output_limit: int = 64 << 10, replica: str | None = None
+    ) -> None:
         self.sink = sink
+        #: With a shared run state (-state-url), this replica's name: a record's key is then its run's
+        #: (record_key), so that whichever replica runs it tells the one record (state/pghistory.py).
+        self.replica = replica
         self.output_limit = max(output_limit, 0)
         #: A running run's output, sent while it runs (the live log); its final event still has it all.
         self.batcher = OutputBatcher(sink, self.output_limit)
@@ -158,21 +164,38 @@ class Recorder:
         self._prefix = f"{os.getpid()}.{time.time_ns()}"  # unique to this process: keys of its tickets
 
     def ticket(self, run_id: str, hook_id: str, accepted_at: float | None = None) -> Ticket:
-        key = f"{self._prefix}.{next(self._serial)}"
-        ticket = Ticket(self, key, run_id, hook_id)
-        with self._lock:
-            self._open[key] = ticket
+        accepted_at = accepted_at or time.time()
+        if self.replica is None:
+            key = f"{self._prefix}.{next(self._serial)}"
+        else:
+            key = record_key(self.replica, run_id, accepted_at)
+        ticket = self._open_ticket(key, run_id, hook_id)
         self.sink(
             {
                 "event": "run",
                 "key": key,
                 "id": run_id,
                 "hook": hook_id,
-                "accepted_at": accepted_at or time.time(),
+                "accepted_at": accepted_at,
                 "outcome": PENDING,
                 "pid": os.getpid(),
             }
         )
+        return ticket
+
+    def adopt(self, admitted_by: str, run_id: str, hook_id: str, accepted_at: float) -> Ticket:
+        """The record another replica made when it admitted the run this replica runs now (a shared
+        state's): its events from here on tell that record, not a new one."""
+        key = record_key(admitted_by, run_id, accepted_at)
+        ticket = self._open_ticket(key, run_id, hook_id)
+        # Which run it is, should these events be folded before the admitting replica's own.
+        self.sink({"event": "run", "key": key, "id": run_id, "hook": hook_id, "accepted_at": accepted_at})
+        return ticket
+
+    def _open_ticket(self, key: str, run_id: str, hook_id: str) -> Ticket:
+        ticket = Ticket(self, key, run_id, hook_id)
+        with self._lock:
+            self._open[key] = ticket
         return ticket
 
     def send(self, ticket: Ticket, fields: Event) -> None:

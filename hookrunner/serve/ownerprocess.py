@@ -176,7 +176,7 @@ def _start_shared_state(runner: CommandRunner) -> None:
             while events:
                 state.record(events.popleft())
 
-    runner.history = Recorder(record, config.history_output)
+    runner.history = Recorder(record, config.history_output, replica=state.replica)
     gevent.spawn(write_events)
     gevent.spawn(runner.runs.keep_leases, config.state_lease)
 

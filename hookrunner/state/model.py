@@ -26,6 +26,15 @@ TIMED_OUT = "timed_out"
 CANCELLED = "cancelled"
 OUTCOMES = (PENDING, RUNNING, OK, FAILED, TIMED_OUT, REFUSED, REPLAYED, CANCELLED)
 FINAL_OUTCOMES = (OK, FAILED, TIMED_OUT, REFUSED, REPLAYED, CANCELLED)
+#: The detail of a request's record whose run a later request's run (coalesced into it) ran instead.
+SERVED_BY_RUN = "coalesced: a later request's run ran instead"
+
+
+def record_key(admitted_by: str, run_id: str, accepted_at: float) -> str:
+    """The key of a run's record in a shared history: `@`, the replica that admitted its request, the
+    request's id and when it was accepted (what the run state keeps of it, so any replica can name it)."""
+    return f"@{admitted_by} {run_id} {accepted_at!r}"
+
 
 Event = dict[str, Any]
 
@@ -97,6 +106,9 @@ class Claim:
     accepted_at: float = 0.0
     previous: tuple[ProcessId, ...] = ()
     replayed: bool = False
+    #: The replica that admitted the request whose spec the run holds (a shared state's; "" on one host):
+    #: with accepted_at and the request id, which history record the run is.
+    admitted_by: str = ""
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,17 @@ from hookrunner.state.historystore import (
     as_record,
     runs_where,
 )
-from hookrunner.state.model import CANCELLED, FINAL_OUTCOMES, PENDING, REPLAYED, RUNNING, Event
+from hookrunner.state.model import (
+    CANCELLED,
+    COALESCED,
+    FINAL_OUTCOMES,
+    PENDING,
+    REPLAYED,
+    RUNNING,
+    SERVED_BY_RUN,
+    Event,
+    record_key,
+)
 from hookrunner.state.pgconn import Connections
 from hookrunner.state.postgres import create_schema
 
@@ -71,9 +81,12 @@ CREATE TABLE IF NOT EXISTS hookrunner_history (
     live_output bytea,  -- a running run's output so far: its last -history-output bytes
     live_size bigint    -- and its whole size so far
 );
+ALTER TABLE hookrunner_history ADD COLUMN IF NOT EXISTS admitted_by text NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS hookrunner_history_hook ON hookrunner_history (hook, seq);
 CREATE INDEX IF NOT EXISTS hookrunner_history_id ON hookrunner_history (id, seq);
 CREATE INDEX IF NOT EXISTS hookrunner_history_accepted ON hookrunner_history (accepted_at);
+-- the run state's run of a coalesced request, found when the requests it displaced end with it
+CREATE INDEX IF NOT EXISTS hookrunner_runs_request ON hookrunner_runs (request_id);
 CREATE TABLE IF NOT EXISTS hookrunner_history_hooks (
     file text PRIMARY KEY,
     replica text NOT NULL,
@@ -82,7 +95,8 @@ CREATE TABLE IF NOT EXISTS hookrunner_history_hooks (
 """
 
 #: A record's columns as this module writes them (all but `seq`).
-_COLUMNS = ("key", "replica", *EVENT_SCALARS, "duration", *JSON_FIELDS, "output", "live_output", "live_size")
+_RECORD = ("key", "replica", "admitted_by", *EVENT_SCALARS, "duration", *JSON_FIELDS, "output")
+_COLUMNS = (*_RECORD, "live_output", "live_size")
 _DEFAULTS: dict[str, Any] = {
     **dict.fromkeys(_COLUMNS),
     "id": "",
@@ -286,7 +300,8 @@ class PostgresHistory(OneRunReads):
         `replica` last; the caller folds first."""
         live = "live_output" if "output" in columns else "length(live_output)"
         query = (
-            f"SELECT {', '.join(columns)}, replica, {live}, live_size FROM hookrunner_history {where}"
+            f"SELECT {', '.join(columns)}, replica, admitted_by, {live}, live_size FROM hookrunner_history"
+            f" {where}"
             " ORDER BY seq DESC LIMIT %s"
         )
         with self._transaction() as cur:
@@ -336,8 +351,9 @@ class PostgresHistory(OneRunReads):
         if ids:
             with self._transaction() as cur:
                 cur.execute(
-                    f"SELECT DISTINCT ON (hook) {', '.join(columns)}, replica, length(live_output),"
-                    " live_size FROM hookrunner_history WHERE hook = ANY(%s) ORDER BY hook, seq DESC",
+                    f"SELECT DISTINCT ON (hook) {', '.join(columns)}, replica, admitted_by,"
+                    " length(live_output), live_size FROM hookrunner_history WHERE hook = ANY(%s)"
+                    " ORDER BY hook, seq DESC",
                     (ids,),
                 )
                 for row in cur.fetchall():
@@ -370,7 +386,7 @@ def _with_timeout(conninfo: str, timeout: float) -> str:
 def _overlay(columns: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
     """A row as the embedded store gives its record: a running run's output so far over what its events
     set, the JSON fields parsed, then `replica`."""
-    *values, replica, live, live_size = row
+    *values, replica, admitted_by, live, live_size = row
     record = as_record(columns, tuple(values))
     if live_size is not None and record["outcome"] in _GOING:
         kept = len(live) if isinstance(live, bytes | bytearray | memoryview) else int(live or 0)
@@ -380,7 +396,14 @@ def _overlay(columns: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
     if "output" in record:
         record["output"] = bytes(record["output"])
     record["replica"] = replica
+    record["admitted_by"] = admitted_by
     return record
+
+
+def _record_key(replica: str, key: str) -> str:
+    """The record an event of `replica` tells: a key with `@` names its record itself, whichever replica
+    tells it (run/history.py's record_key: the admitting replica's name first); any other is the writer's."""
+    return key[1:] if key.startswith("@") else f"{replica} {key}"
 
 
 def _write_hooks(cur: psycopg.Cursor[Any], replica: str, entries: Iterable[dict[str, Any]]) -> None:
@@ -401,11 +424,13 @@ class _Fold:
         self.output_limit = output_limit
         self.rows: dict[str, dict[str, Any]] = {}
         self.dirty: dict[str, dict[str, Any]] = {}
+        #: Records of coalesced runs that ran and ended in this batch: the requests they served end too.
+        self.served: dict[str, dict[str, Any]] = {}
 
     def apply(self, events: list[tuple[int, str, Any]]) -> int:
         """Returns how many records the batch began."""
         keys = [
-            f"{replica} {e['key']}"
+            _record_key(replica, e["key"])
             for _, replica, e in events
             if isinstance(e, dict) and isinstance(e.get("key"), str)
         ]
@@ -423,9 +448,9 @@ class _Fold:
                 continue
             kind, key = event.get("event"), event.get("key")
             if kind == "run" and isinstance(key, str):
-                created += self._run(f"{replica} {key}", replica, event)
+                created += self._run(_record_key(replica, key), replica, event)
             elif kind == "output" and isinstance(key, str):
-                self._output(f"{replica} {key}", event)
+                self._output(_record_key(replica, key), event)
             elif kind == "replaying":
                 self._replaying(replica, event)
             elif kind == "hooks" and isinstance(event.get("files"), list):
@@ -434,13 +459,32 @@ class _Fold:
                 ]
                 _write_hooks(self.cur, replica, entries)
         self._flush()
+        self._end_displaced()
         return created
 
     def _run(self, key: str, replica: str, event: Event) -> int:
+        """A run event of `replica` (which wrote it) for record `key`: the record of a run admitted by one
+        replica and run by another is told by both, so their events may come in either order."""
         row = self.rows.get(key)
         created = row is None
         if row is None:
-            row = self.rows[key] = {**_DEFAULTS, "key": key, "replica": replica, "seq": None}
+            admitted_by = key.partition(" ")[0]
+            row = self.rows[key] = {
+                **_DEFAULTS,
+                "key": key,
+                "replica": admitted_by,
+                "admitted_by": admitted_by,
+                "seq": None,
+            }
+        if (
+            event.get("outcome") in FINAL_OUTCOMES
+            and row["started_at"] is not None
+            and replica != row["replica"]
+            and "started_at" not in event
+        ):
+            # Its admitting replica's end of a run another replica ran (served by a run that ended
+            # elsewhere, cancelled by its own stop): the runner's events tell it.
+            return int(created)
         values: dict[str, Any] = {n: event[n] for n in EVENT_SCALARS if n in event and _valid(n, event[n])}
         for name in JSON_FIELDS:
             if name in event:
@@ -450,14 +494,17 @@ class _Fold:
         if "output_truncated" in values:
             values["output_truncated"] = bool(values["output_truncated"])
         outcome = values.pop("outcome", None)
+        if outcome == RUNNING:
+            row["replica"] = replica  # the replica that ran it
         if outcome in _GOING:
-            # An event may come after a later one: a final outcome is never replaced by a passing one.
-            if row["outcome"] in _GOING:
+            # An event may come after a later one: an outcome never goes back (final, running, pending).
+            if row["outcome"] in _GOING and _GOING.index(outcome) >= _GOING.index(row["outcome"]):
                 row["outcome"] = outcome
         elif outcome is not None:
             row["outcome"] = outcome
             if outcome in FINAL_OUTCOMES:
                 row["live_output"] = row["live_size"] = None
+                self.served[key] = row
         row.update(values)
         if row["ended_at"] is not None and row["started_at"] is not None:
             row["duration"] = row["ended_at"] - row["started_at"]
@@ -500,6 +547,34 @@ class _Fold:
         for (key,) in self.cur.fetchall():
             if key in self.rows:
                 self.rows[key].update(outcome=REPLAYED, detail=detail)
+
+    def _end_displaced(self) -> None:
+        """The requests a coalesced run that ran stood for (the run state's rows folded into it) end with
+        its outcome, as their own replica ends them (run/history.py's served_by_run): here too, since that
+        replica may be gone. Only records still pending change."""
+        ran = [r for r in self.served.values() if r["kind"] == COALESCED and r["started_at"] is not None]
+        self.served = {}
+        for row in ran:
+            self.cur.execute(
+                "SELECT d.admitted_by, d.request_id, d.accepted_at FROM hookrunner_runs AS t"
+                " JOIN hookrunner_runs AS d ON d.coalesced_into = t.id WHERE t.hook_id = %s"
+                " AND t.request_id = %s AND t.admitted_by = %s AND t.accepted_at = %s",
+                (row["hook"], row["id"], row["admitted_by"], row["accepted_at"]),
+            )
+            keys = [record_key(*found)[1:] for found in self.cur.fetchall()]
+            if not keys:
+                continue
+            ended = {name: row[name] for name in ("outcome", "exit_code", "signal", "ended_at")}
+            ended["detail"] = (f"{SERVED_BY_RUN}; " + row["detail"]).rstrip("; ")
+            self.cur.execute(
+                "UPDATE hookrunner_history SET outcome = %(outcome)s, exit_code = %(exit_code)s,"
+                " signal = %(signal)s, detail = %(detail)s, ended_at = %(ended_at)s"
+                " WHERE key = ANY(%(keys)s) AND outcome = 'pending' RETURNING key",
+                {**ended, "keys": keys},
+            )
+            for (key,) in self.cur.fetchall():
+                if key in self.rows:
+                    self.rows[key].update(ended)
 
     def _flush(self) -> None:
         """Write the changed records: new ones first, in the order they began (their seq follows it)."""

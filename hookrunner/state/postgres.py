@@ -181,10 +181,12 @@ class PostgresState:
                     run_id, _ = self._insert(cur, run, limits, coalesce_key, accepted_at, "line")
                     return Admission(STARTED, run_id)
                 run_id, lease = self._insert(cur, run, limits, coalesce_key, accepted_at, "running")
-                return Admission(STARTED, run_id, Claim(run_id, run, 1, lease, accepted_at))
+                claim = Claim(run_id, run, 1, lease, accepted_at, admitted_by=self.replica)
+                return Admission(STARTED, run_id, claim)
             if limits.coalesce:
                 cur.execute(
-                    "SELECT id, request_id, spec, accepted_at FROM hookrunner_runs WHERE hook_id = %s"
+                    "SELECT id, request_id, spec, accepted_at, admitted_by FROM hookrunner_runs"
+                    " WHERE hook_id = %s"
                     " AND state = 'queued'"
                     " AND coalesce_key IS NOT DISTINCT FROM %s ORDER BY id DESC LIMIT 1 FOR UPDATE",
                     (hook, coalesce_key),
@@ -194,12 +196,16 @@ class PostgresState:
                     # The waiting run starts with the newest request's spec (as state/slots.py's caller
                     # does); the row of the request it displaces is kept, folded into it: one row a request.
                     into, displaced = target[0], RunSpec.from_json(hook, target[1], target[2])
+                    # Its admitting replica goes with the request: the run's history record is the newest
+                    # request's, on the replica that admitted it (pghistory.py).
                     cur.execute(
-                        "UPDATE hookrunner_runs SET request_id = %s, spec = %s, accepted_at = %s"
-                        " WHERE id = %s",
-                        (run.request_id, run.to_json(), accepted_at, into),
+                        "UPDATE hookrunner_runs SET request_id = %s, spec = %s, accepted_at = %s,"
+                        " admitted_by = %s WHERE id = %s",
+                        (run.request_id, run.to_json(), accepted_at, self.replica, into),
                     )
-                    self._insert(cur, displaced, limits, coalesce_key, target[3], "coalesced", into)
+                    self._insert(
+                        cur, displaced, limits, coalesce_key, target[3], "coalesced", into, target[4]
+                    )
                     return Admission(COALESCED, into)
             if queued >= max(limits.max_queue, 1 if limits.coalesce else 0):
                 raise Busy(hook, limits.retry_after)
@@ -215,8 +221,10 @@ class PostgresState:
         accepted_at: float,
         state: str,
         into: int | None = None,
+        admitted_by: str | None = None,
     ) -> tuple[int, float]:
-        """The run's row in `state` (a running one held by this replica, attempt 1); its id and lease."""
+        """The run's row in `state` (a running one held by this replica, attempt 1); its id and lease;
+        `admitted_by`: the replica that admitted it, when not this one (a displaced coalesced request)."""
         cur.execute(
             "INSERT INTO hookrunner_runs (hook_id, request_id, spec, state, coalesce_key, coalesced_into,"
             " max_concurrency, line_seq, attempt, holder, instance, lease_until, accepted_at, admitted_by)"
@@ -226,7 +234,8 @@ class PostgresState:
             " CASE WHEN %(state)s = 'running' THEN %(me)s END,"
             " CASE WHEN %(state)s = 'running' THEN %(instance)s END,"
             f" CASE WHEN %(state)s = 'running' THEN {_NOW} + %(lease)s END,"
-            " %(accepted)s, %(me)s) RETURNING id, lease_until, pg_notify(%(channel)s, %(instance)s)::text",
+            " %(accepted)s, %(admitted_by)s)"
+            " RETURNING id, lease_until, pg_notify(%(channel)s, %(instance)s)::text",
             {
                 "hook": run.hook_id,
                 "request": run.request_id,
@@ -239,6 +248,7 @@ class PostgresState:
                 "instance": self._instance,
                 "lease": self.lease,
                 "accepted": accepted_at,
+                "admitted_by": admitted_by or self.replica,
                 "channel": CHANNEL,
             },
         )
@@ -296,11 +306,12 @@ class PostgresState:
         cur.execute(
             "UPDATE hookrunner_runs SET state = 'running', attempt = attempt + 1, holder = %s,"
             f" instance = %s, lease_until = {_NOW} + %s WHERE id = ANY(%s) AND {where}"
-            " RETURNING id, hook_id, request_id, spec, attempt, lease_until, accepted_at, processes",
+            " RETURNING id, hook_id, request_id, spec, attempt, lease_until, accepted_at, processes,"
+            " admitted_by",
             (self.replica, self._instance, self.lease, ids),
         )
         claims = []
-        for run_id, hook, request, spec, attempt, lease, accepted, processes in sorted(cur.fetchall()):
+        for run_id, hook, request, spec, attempt, lease, accepted, processes, by in sorted(cur.fetchall()):
             # Only what ran in this pid space can be ended from here: the lost holder ends the rest itself
             # (a replica that cannot renew its lease kills its commands) or died with its node.
             previous = tuple(
@@ -317,6 +328,7 @@ class PostgresState:
                     accepted,
                     previous,
                     replayed=attempt > 1,
+                    admitted_by=by,
                 )
             )
         return claims

@@ -7,11 +7,13 @@ and it recovers by itself."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +21,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from integration_harness import free_port
 from pg_cluster import Cluster
+from replica_support import REPLICA_VARIABLE
 from test_run_history import Admin, start, trigger
 from test_run_history_browser import (
     HAVE_BROWSER,
@@ -33,7 +37,7 @@ from test_run_history_follow import (
     follow,
     gated,
 )
-from test_serving import Server, master_children, python_hook, wait_until
+from test_serving import Server, master_children, python_hook, run_owner_pids, wait_until
 
 from hookrunner.run.history import Recorder
 from hookrunner.state.model import RunSpec
@@ -284,3 +288,193 @@ def test_the_status_page_of_one_replica_shows_the_others_runs(
         chrome.quit()
     for server in (a, b):
         assert server.stop() == 0
+
+
+#: A command that prints the replica whose run owner started it (REPLICA_VARIABLE) and, for the push named
+#: `hold`, waits for the gate file first: the hook's one place stays taken until the test lets it go.
+WHO_RAN = (
+    "import os, sys, time\n"
+    "while sys.argv[2] == 'hold' and not os.path.exists(sys.argv[1]): time.sleep(0.05)\n"
+    "print('ran', sys.argv[2], 'on', os.environ.get('" + REPLICA_VARIABLE + "', '?'))"
+)
+
+
+def who_ran(hook_id: str, gate: Path, **limits: object) -> dict[str, object]:
+    hook = gated(hook_id, WHO_RAN, gate)
+    arguments = hook["pass-arguments-to-command"]
+    assert isinstance(arguments, list)
+    hook["pass-arguments-to-command"] = [*arguments, {"source": "header", "name": "X-Request-Id"}]
+    return {**hook, **limits}
+
+
+def named_replicas(
+    tmp_path: Path, servers: list[Server], state_url: str, hooks: object, *flags: str
+) -> list[tuple[Server, Admin]]:
+    """replica-a and replica-b with their admin listeners, each telling its commands its name."""
+    started = []
+    for name in ("replica-a", "replica-b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        admin_port = free_port()
+        server = Server(
+            folder,
+            hooks,
+            "-x-request-id",
+            "-admin-addr",
+            f"127.0.0.1:{admin_port}",
+            "-state-url",
+            state_url,
+            "-state-replica",
+            name,
+            *flags,
+            popen=functools.partial(subprocess.Popen, env={**os.environ, REPLICA_VARIABLE: name}),
+        )
+        servers.append(server)
+        server.ready()
+        assert server.wait_for_log(f"serving the run history on http://127.0.0.1:{admin_port}/"), server.log
+        started.append((server, Admin(admin_port)))
+    return started
+
+
+def records_of(admin: Admin, ids: set[str]) -> dict[str, list[dict[str, object]]]:
+    found: dict[str, list[dict[str, object]]] = {rid: [] for rid in ids}
+    for run in admin.json("/api/v1/runs?limit=500")["runs"]:
+        if run["id"] in ids:
+            found[run["id"]].append(run)
+    return found
+
+
+def ran_on(admin: Admin, rid: str) -> str:
+    """The replica the run's command says started it (from its output)."""
+    output = admin.json(f"/api/v1/runs/{rid}")["output"]
+    found = re.fullmatch(rf"ran {rid} on (\S+)\n", output)
+    assert found is not None, output
+    return found.group(1)
+
+
+def test_a_push_queued_by_one_replica_and_run_by_another_is_one_record(
+    tmp_path: Path, servers: list[Server], state_url: str
+) -> None:
+    gate = tmp_path / "gate"
+    hooks = [who_ran("one", gate, **{"max-concurrency": 1, "max-queue": 10})]
+    (a, admin_a), (b, admin_b) = named_replicas(tmp_path, servers, state_url, hooks)
+    assert trigger(b, "one", "hold") == 200  # replica B holds the hook's one place
+    assert wait_until(lambda: runs_by_id(admin_a).get("hold", {}).get("outcome") == "running", timeout=20)
+    queued = {f"q{n}" for n in range(1, 4)}
+    for rid in sorted(queued):
+        assert trigger(a, "one", rid) == 200  # admitted by replica A, queued
+    # A's run owner stopped (SIGSTOP) while B's run ends: B claims and runs every queued run. It is stopped
+    # once quiet (its records written), so not in the middle of a transaction that B would wait for.
+    assert wait_until(lambda: all(runs_by_id(admin_b).get(rid) for rid in queued), timeout=20)
+    time.sleep(0.5)
+    stopped = run_owner_pids(a.process.pid)
+    assert stopped
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        gate.touch()
+
+        def settled() -> bool:
+            found = records_of(admin_b, queued)
+            return all(len(runs) == 1 and runs[0]["outcome"] == "ok" for runs in found.values())
+
+        assert wait_until(settled, timeout=30), (records_of(admin_b, queued), b.log)
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    # A, continued, learns that its runs ended elsewhere and ends its own tickets: still one record each.
+    assert wait_until(lambda: admin_a.get("/api/v1/runs")[0] == 200, timeout=20)
+    time.sleep(2)
+    found = records_of(admin_a, queued)
+    assert all(len(runs) == 1 for runs in found.values()), found
+    for rid, (run,) in found.items():
+        assert (run["kind"], run["outcome"], run["exit_code"]) == ("queued", "ok", 0), run
+        assert (run["admitted_by"], run["replica"], ran_on(admin_a, rid)) == ("replica-a",) + (
+            "replica-b",
+        ) * 2
+        assert run["started_at"] is not None and run["detail"] == "", run
+    assert records_of(admin_b, queued) == found
+    page = admin_b.get("/runs/q1")[2]
+    assert b'<dd class="replica">replica-b</dd>' in page, page
+    assert b'<dd class="admitted-by">replica-a</dd>' in page, page
+    for server in (a, b):
+        assert "Traceback" not in server.log
+        assert server.stop() == 0
+
+
+def test_pushes_coalesced_across_replicas_show_one_run(
+    tmp_path: Path, servers: list[Server], state_url: str
+) -> None:
+    gate = tmp_path / "gate"
+    hooks = [who_ran("one", gate, **{"max-concurrency": 1, "coalesce": True})]
+    (a, admin_a), (b, admin_b) = named_replicas(tmp_path, servers, state_url, hooks)
+    assert trigger(b, "one", "hold") == 200
+    assert wait_until(lambda: runs_by_id(admin_a).get("hold", {}).get("outcome") == "running", timeout=20)
+    pushes = (("c1", a), ("c2", b), ("c3", a))  # c1 queued, then c2 and c3 folded into its run
+    for rid, server in pushes:
+        assert trigger(server, "one", rid) == 200
+    gate.touch()
+    ids = {rid for rid, _ in pushes}
+
+    def settled() -> bool:
+        found = records_of(admin_b, ids)
+        return all(len(runs) == 1 and runs[0]["outcome"] == "ok" for runs in found.values())
+
+    assert wait_until(settled, timeout=30), (records_of(admin_b, ids), a.log, b.log)
+    time.sleep(1.5)
+    found = {rid: runs[0] for rid, runs in records_of(admin_a, ids).items()}
+    assert [found[rid]["kind"] for rid, _ in pushes] == ["queued", "coalesced", "coalesced"], found
+    assert [found[rid]["admitted_by"] for rid, _ in pushes] == ["replica-a", "replica-b", "replica-a"]
+    # The newest push's run is the one run; the others say they were served by it.
+    assert found["c3"]["started_at"] is not None and found["c3"]["detail"] == "", found
+    assert found["c3"]["replica"] == ran_on(admin_a, "c3"), found
+    for rid in ("c1", "c2"):
+        assert found[rid]["started_at"] is None, found
+        assert found[rid]["detail"] == "coalesced: a later request's run ran instead", found
+    assert all(len(runs) == 1 for runs in records_of(admin_b, ids).values())
+    for server in (a, b):
+        assert "Traceback" not in server.log
+        assert server.stop() == 0
+
+
+def test_runs_queued_by_a_killed_replica_are_its_records_run_by_another(
+    tmp_path: Path, servers: list[Server], state_url: str
+) -> None:
+    gate = tmp_path / "gate"
+    hooks = [who_ran("one", gate, **{"max-concurrency": 1, "max-queue": 10})]
+    flags = ("-state-lease", "2s", "-state-grace", "1s")
+    (a, _), (b, admin_b) = named_replicas(tmp_path, servers, state_url, hooks, *flags)
+    assert trigger(a, "one", "hold") == 200  # replica A runs it, and queues the next two
+    assert wait_until(lambda: runs_by_id(admin_b).get("hold", {}).get("outcome") == "running", timeout=20)
+    for rid in ("q1", "q2"):
+        assert trigger(a, "one", rid) == 200
+    for pid in [a.process.pid, *master_children(a.process.pid)]:
+        os.kill(pid, signal.SIGKILL)
+    a.process.wait(timeout=10)
+    gate.touch()  # B's take-over of `hold` ends at once, then B runs the queued runs A admitted
+    ids = {"hold", "q1", "q2"}
+
+    def settled() -> bool:
+        found = records_of(admin_b, ids)
+        return len(found["hold"]) == 2 and all(runs and runs[0]["outcome"] == "ok" for runs in found.values())
+
+    assert wait_until(settled, timeout=40), (records_of(admin_b, ids), b.log)
+    time.sleep(1.5)
+    found = records_of(admin_b, ids)
+    # The take-over is told as a replay (two records, as on one host); the queued runs are one record each.
+    assert [(r["replica"], r["kind"], r["outcome"]) for r in found["hold"]] == [
+        ("replica-b", "replayed", "ok"),
+        ("replica-a", "immediate", "replayed"),
+    ]
+    for rid in ("q1", "q2"):
+        assert len(found[rid]) == 1, found
+        (run,) = found[rid]
+        assert (run["kind"], run["outcome"], run["replica"], run["admitted_by"]) == (
+            "queued",
+            "ok",
+            "replica-b",
+            "replica-a",
+        ), run
+        assert ran_on(admin_b, rid) == "replica-b"
+    assert "Traceback" not in b.log
+    assert b.stop() == 0

@@ -16,6 +16,7 @@ import pytest
 from pg_cluster import Cluster
 from waiting import eventually
 
+from hookrunner.hooks.model import Limits
 from hookrunner.run.history import Recorder
 from hookrunner.state.backend import HistoryReader, StateUnavailable
 from hookrunner.state.historystore import HistoryStore
@@ -75,7 +76,9 @@ def lifecycle(history: Recorder, n: int, hook: str = "deploy", error: str | None
 def without_replica(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Records as the embedded store gives them: no `replica`, and `seq` left out (each store numbers its
     own records: growing, unique, but SQLite's counts every event)."""
-    return [{k: v for k, v in record.items() if k not in ("replica", "seq")} for record in records]
+    return [
+        {k: v for k, v in record.items() if k not in ("replica", "admitted_by", "seq")} for record in records
+    ]
 
 
 def test_the_same_records_as_the_embedded_store_for_the_same_events(
@@ -101,7 +104,8 @@ def test_the_same_records_as_the_embedded_store_for_the_same_events(
     reader: HistoryReader = readers()
     shared = reader.runs(limit=500)
     assert [r["replica"] for r in shared] == ["a"] * 8
-    assert list(shared[0]) == [*embedded.runs(limit=1)[0], "replica"]  # the same fields, in order, then who
+    # The same fields, in order, then who ran it and who admitted it.
+    assert list(shared[0]) == [*embedded.runs(limit=1)[0], "replica", "admitted_by"]
     assert without_replica(shared) == without_replica(embedded.runs(limit=500))
     for n in range(1, 9):
         assert without_replica([reader.run(f"run-{n}") or {}]) == without_replica(
@@ -210,6 +214,85 @@ def test_a_replay_by_another_replica_marks_the_earlier_record(
         ("b", "replayed", "ok"),
         ("a", "immediate", "replayed"),
     ]
+
+
+def test_a_run_admitted_by_one_replica_and_run_by_another_is_one_record_in_any_order(
+    states: Callable[[str], PostgresState], readers: Callable[..., PostgresHistory]
+) -> None:
+    # Replica a admits (its ticket is the record), replica b runs it on an adopted ticket; a then learns
+    # that the run ended elsewhere and ends its ticket as served by it, which the runner's events outrank.
+    a_state, b_state = states("a"), states("b")
+    a, b = recorder(a_state.record, keep=64), recorder(b_state.record, keep=64)
+    a.replica, b.replica = "a", "b"
+    reader = readers()
+    b_first = b.adopt("a", "early", "deploy", 7.0)  # b's events folded before a's own
+    b_first.started(spec(1))
+    reader.catch_up()
+    assert [(r["id"], r["kind"], r["outcome"]) for r in reader.runs()] == [("early", "immediate", "running")]
+    admitted = a.ticket("early", "deploy", 7.0)
+    admitted.admitted("queued")
+    b_first.output(b"half")
+    b.batcher.flush()
+    reader.catch_up()
+    running = reader.run("early")
+    assert running is not None and (running["outcome"], running["replica"], running["output"]) == (
+        "running",
+        "b",
+        b"half",
+    )
+    b_first.finished(b"half and all\n", None)
+    admitted.served_by_run(None)  # a's word, after the runner's: ignored
+    admitted_only = a.ticket("late", "deploy", 8.0)
+    admitted_only.admitted("queued")
+    reader.catch_up()
+    late = b.adopt("a", "late", "deploy", 8.0)
+    late.started(spec(2))
+    late.finished(b"", "exit status 2")
+    admitted_only.served_by_run("exit status 2")
+    reader.catch_up()
+    runs = reader.runs()
+    assert [
+        (r["id"], r["kind"], r["outcome"], r["replica"], r["admitted_by"], r["detail"], r["exit_code"])
+        for r in runs
+    ] == [
+        ("late", "queued", "failed", "b", "a", "exit status 2", 2),
+        ("early", "queued", "ok", "b", "a", "", 0),
+    ]
+    early = reader.run("early")
+    assert early is not None and early["output"] == b"half and all\n" and early["started_at"] is not None
+
+
+def test_requests_coalesced_into_a_run_end_with_it_though_their_replica_is_gone(
+    states: Callable[[str], PostgresState], readers: Callable[..., PostgresHistory]
+) -> None:
+    # Replica a admits c1 (queued behind `hold`) and dies; b's c2 and c3 are coalesced into its run, which
+    # b runs with c3's values: c1's and c2's records end with it, c1's though nobody is left to end it.
+    limits = Limits(max_concurrency=1, coalesce=True)
+    a_state, b_state = states("a"), states("b")
+    a, b = recorder(a_state.record), recorder(b_state.record)
+    a.replica, b.replica = "a", "b"
+    tickets = {}
+    for rid, state, history, at in (
+        ("hold", a_state, a, 10.0),
+        ("c1", a_state, a, 11.0),
+        ("c2", b_state, b, 12.0),
+        ("c3", b_state, b, 13.0),
+    ):
+        tickets[rid] = history.ticket(rid, "h", at)
+        admission = state.admit(RunSpec("h", rid, "/bin/true", (), (), (), "/"), limits, None, at)
+        tickets[rid].admitted(admission.how)
+    tickets["c3"].started(spec(3, "h"))
+    tickets["c3"].finished(b"", "exit status 1")
+    reader = readers()
+    reader.catch_up()
+    runs = {r["id"]: r for r in reader.runs()}
+    assert [(r["kind"], r["outcome"], r["detail"]) for r in (runs["c1"], runs["c2"], runs["c3"])] == [
+        ("queued", "failed", "coalesced: a later request's run ran instead; exit status 1"),
+        ("coalesced", "failed", "coalesced: a later request's run ran instead; exit status 1"),
+        ("coalesced", "failed", "exit status 1"),
+    ]
+    assert runs["c1"]["exit_code"] == 1 and runs["c1"]["started_at"] is None
+    assert (runs["hold"]["outcome"], runs["hold"]["kind"]) == ("pending", "immediate")  # not served by it
 
 
 def test_malformed_events_are_ignored_and_folding_goes_on(
