@@ -152,9 +152,8 @@ class CommandRunner:
         return self.runs.state
 
     def accepts_runs(self) -> bool:
-        """Readiness: whether runs can be accepted now: the journal, with one, can be written. A shared
-        state's database is not asked: it is every replica's, and its outage must not take them all out of
-        a load balancer at once (docs/operations.md); its pushes are answered 503 meanwhile."""
+        """Readiness: the journal, with one, can be written. A shared state's database is not asked: every
+        replica's, its outage must not take them all out of a load balancer at once (docs/operations.md)."""
         if isinstance(self.runs.state, EmbeddedState):
             return accepts_runs(self._journal)
         return True
