@@ -189,7 +189,10 @@ class Recorder:
         key = record_key(admitted_by, run_id, accepted_at)
         ticket = self._open_ticket(key, run_id, hook_id)
         # Which run it is, should these events be folded before the admitting replica's own.
-        self.sink({"event": "run", "key": key, "id": run_id, "hook": hook_id, "accepted_at": accepted_at})
+        # `waited`: it was not started when admitted (this is its first claim, and another's), so it waited;
+        # the kind the record has should the admitting replica's own events never come (it died first).
+        event = {"event": "run", "key": key, "id": run_id, "hook": hook_id, "accepted_at": accepted_at}
+        self.sink({**event, "waited": "queued"})
         return ticket
 
     def _open_ticket(self, key: str, run_id: str, hook_id: str) -> Ticket:

@@ -494,6 +494,8 @@ class _Fold:
         if "output_truncated" in values:
             values["output_truncated"] = bool(values["output_truncated"])
         outcome = values.pop("outcome", None)
+        if event.get("waited") == "queued" and row["kind"] == "immediate":  # the runner's word: it waited
+            values["kind"] = "queued"  # (its admitting replica may have died before telling how)
         if outcome == RUNNING:
             row["replica"] = replica  # the replica that ran it
         if outcome in _GOING:

@@ -228,7 +228,9 @@ def test_a_run_admitted_by_one_replica_and_run_by_another_is_one_record_in_any_o
     b_first = b.adopt("a", "early", "deploy", 7.0)  # b's events folded before a's own
     b_first.started(spec(1))
     reader.catch_up()
-    assert [(r["id"], r["kind"], r["outcome"]) for r in reader.runs()] == [("early", "immediate", "running")]
+    # Until a's own events come, the record is the runner's: a run another replica admitted and this one
+    # claims first has waited (its admitting replica may have died before its events were written).
+    assert [(r["id"], r["kind"], r["outcome"]) for r in reader.runs()] == [("early", "queued", "running")]
     admitted = a.ticket("early", "deploy", 7.0)
     admitted.admitted("queued")
     b_first.output(b"half")
@@ -260,6 +262,26 @@ def test_a_run_admitted_by_one_replica_and_run_by_another_is_one_record_in_any_o
     ]
     early = reader.run("early")
     assert early is not None and early["output"] == b"half and all\n" and early["started_at"] is not None
+
+
+def test_a_run_whose_admitting_replica_died_before_telling_how_is_told_as_queued(
+    states: Callable[[str], PostgresState], readers: Callable[..., PostgresHistory]
+) -> None:
+    # Replica a opened the request's record and was killed before its `admitted` event was written; b,
+    # claiming on its first attempt a run a admitted, knows it waited.
+    a_state, b_state = states("a"), states("b")
+    a, b = recorder(a_state.record, keep=64), recorder(b_state.record, keep=64)
+    a.replica, b.replica = "a", "b"
+    reader = readers()
+    a.ticket("lost", "deploy", 9.0)
+    reader.catch_up()
+    adopted = b.adopt("a", "lost", "deploy", 9.0)
+    adopted.started(spec(3))
+    adopted.finished(b"", None)
+    reader.catch_up()
+    assert [(r["id"], r["kind"], r["outcome"], r["replica"], r["admitted_by"]) for r in reader.runs()] == [
+        ("lost", "queued", "ok", "b", "a")
+    ]
 
 
 def test_requests_coalesced_into_a_run_end_with_it_though_their_replica_is_gone(
