@@ -216,14 +216,21 @@ def test_a_replay_by_another_replica_marks_the_earlier_record(
     ]
 
 
+def replica_recorders(states: Callable[[str], PostgresState]) -> tuple[Recorder, Recorder]:
+    """The recorders of two replicas, a and b, each writing to the database through its own state."""
+    made = []
+    for name in ("a", "b"):
+        made.append(recorder(states(name).record, keep=64))
+        made[-1].replica = name
+    return made[0], made[1]
+
+
 def test_a_run_admitted_by_one_replica_and_run_by_another_is_one_record_in_any_order(
     states: Callable[[str], PostgresState], readers: Callable[..., PostgresHistory]
 ) -> None:
     # Replica a admits (its ticket is the record), replica b runs it on an adopted ticket; a then learns
     # that the run ended elsewhere and ends its ticket as served by it, which the runner's events outrank.
-    a_state, b_state = states("a"), states("b")
-    a, b = recorder(a_state.record, keep=64), recorder(b_state.record, keep=64)
-    a.replica, b.replica = "a", "b"
+    a, b = replica_recorders(states)
     reader = readers()
     b_first = b.adopt("a", "early", "deploy", 7.0)  # b's events folded before a's own
     b_first.started(spec(1))
@@ -269,9 +276,7 @@ def test_a_run_whose_admitting_replica_died_before_telling_how_is_told_as_queued
 ) -> None:
     # Replica a opened the request's record and was killed before its `admitted` event was written; b,
     # claiming on its first attempt a run a admitted, knows it waited.
-    a_state, b_state = states("a"), states("b")
-    a, b = recorder(a_state.record, keep=64), recorder(b_state.record, keep=64)
-    a.replica, b.replica = "a", "b"
+    a, b = replica_recorders(states)
     reader = readers()
     a.ticket("lost", "deploy", 9.0)
     reader.catch_up()
