@@ -196,15 +196,21 @@ def test_an_escaped_grandchild_is_ended_at_the_timeout_on_the_shared_state_too(
     assert wait_until(lambda: zombie_children(owner) == [], timeout=3), zombie_children(owner)
 
 
-def test_a_lost_lease_kills_the_command_at_once_with_one_line(
-    tmp_path: Path, servers: list[Server], pg_cluster: Cluster, pg_database: str
-) -> None:
+def long_run_replica(tmp_path: Path, servers: list[Server], url: str) -> tuple[Server, Path]:
+    """One replica with a 1.5 s lease (and a long grace) whose hook `long` runs a minute-long command that
+    writes its pid in the file returned."""
     pids = tmp_path / "pids"
     code = "import os, sys, time; open(sys.argv[1], 'a').write(f'{os.getpid()}\\n'); time.sleep(60)"
     hook = {"id": "long", **python_command(code, {"source": "string", "name": str(pids)})}
-    url = state_url(pg_cluster, pg_database)
     flags = ("-state-lease", "1500ms", "-state-grace", "20s")
     (server,) = start_replicas(tmp_path, servers, url, 1, lambda name: [hook], *flags)
+    return server, pids
+
+
+def test_a_lost_lease_kills_the_command_at_once_with_one_line(
+    tmp_path: Path, servers: list[Server], pg_cluster: Cluster, pg_database: str
+) -> None:
+    server, pids = long_run_replica(tmp_path, servers, state_url(pg_cluster, pg_database))
     assert server.request("POST", "/hooks/long")[0] == 200
     assert wait_until(lambda: pids.exists() and pids.read_text().strip() != "", timeout=20)
     pid = int(pids.read_text().split()[0])
@@ -230,13 +236,7 @@ def cluster_processes(cluster: Cluster) -> list[int]:
 def test_a_renewal_that_cannot_reach_the_database_in_time_kills_the_command_at_the_lease(
     tmp_path: Path, servers: list[Server], pg_cluster: Cluster, pg_database: str
 ) -> None:
-    pids = tmp_path / "pids"
-    code = "import os, sys, time; open(sys.argv[1], 'a').write(f'{os.getpid()}\\n'); time.sleep(60)"
-    hook = {"id": "long", **python_command(code, {"source": "string", "name": str(pids)})}
-    flags = ("-state-lease", "1500ms", "-state-grace", "20s")
-    (server,) = start_replicas(
-        tmp_path, servers, state_url(pg_cluster, pg_database), 1, lambda n: [hook], *flags
-    )
+    server, pids = long_run_replica(tmp_path, servers, state_url(pg_cluster, pg_database))
     assert server.request("POST", "/hooks/long")[0] == 200
     assert wait_until(lambda: pids.exists() and pids.read_text().strip() != "", timeout=20)
     pid = int(pids.read_text().split()[0])

@@ -11,7 +11,9 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from test_limits import RECORDER, alive, python_command, records, start
@@ -34,6 +36,19 @@ def owners_logged(server: Server) -> list[tuple[int, int]]:
 
 def hello_logged(server: Server, worker: int, epoch: int) -> bool:
     return f"worker {worker} connected to the run owner (epoch {epoch}," in server.log
+
+
+@contextmanager
+def only(workers: list[int], serving: int) -> Iterator[None]:
+    """Every worker but `serving` stopped (SIGSTOP) meanwhile, so that a new connection goes to that one."""
+    others = [worker for worker in workers if worker != serving]
+    for other in others:
+        os.kill(other, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for other in others:
+            os.kill(other, signal.SIGCONT)
 
 
 def settled_workers(server: Server, count: int) -> list[int]:
@@ -449,14 +464,8 @@ def test_every_scrape_through_any_worker_counts_every_request_sent(
             assert statuses == [status for _, status, _ in batch]
             for _, _, key in batch:
                 sent[key] = sent.get(key, 0) + 1
-            others = [w for w in workers if w != scraper]
-            for other in others:
-                os.kill(other, signal.SIGSTOP)
-            try:
+            with only(workers, scraper):
                 scraped = requests_totals(server)
-            finally:
-                for other in others:
-                    os.kill(other, signal.SIGCONT)
             assert scraped == sent, (rnd, scraper)
     assert sum(sent.values()) == sum(24 + rnd for rnd in range(6))
     assert "were read out" not in server.log  # no scrape gave up waiting for a worker's counts

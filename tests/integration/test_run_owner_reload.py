@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from test_observability import samples
-from test_run_owner import greeted_with
+from test_run_owner import greeted_with, only
 from test_run_owner_guarantees import holder
 from test_serving import Server, wait_until
 
@@ -158,14 +158,8 @@ def test_a_broken_file_keeps_the_old_hooks_in_every_worker_and_the_reloads_are_t
     assert wait_until(lambda: RELOADED in server.log, timeout=20), server.log
     assert wrong(spread(server, 30), NEW_ANSWERS) == []
     for scraper in workers:
-        others = [worker for worker in workers if worker != scraper]
-        for other in others:
-            os.kill(other, signal.SIGSTOP)
-        try:
+        with only(workers, scraper):
             got = samples(server)
-        finally:
-            for other in others:
-                os.kill(other, signal.SIGCONT)
         reloads = {k[1][0][1]: v for k, v in got.items() if k[0] == "hookrunner_reloads_total"}
         assert reloads == {"success": 1, "failure": 1}, (scraper, reloads)
         assert got[("hookrunner_hooks_loaded", ())] == len(NEW), scraper
