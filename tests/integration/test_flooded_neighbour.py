@@ -34,6 +34,12 @@ THREADED = "gthread" in HOOKRUNNER_TEST_FLAGS
 #: long again as a flood request, for the noise of one short run.
 OF_THE_FLOOD = 1.5 if THREADED else 1.0
 
+#: The same for the tail (the second slowest of ~160 answers), which one stall of the machine decides: a
+#: CI run at load 10+ once saw the gevent neighbour's at 1.31x the flood's (98.4 against 75.2 ms) while
+#: its p50 stayed under the flood's. Without fair turns the neighbour's p99 was about 2.6x, so 1.5x still
+#: tells the two apart.
+TAIL_OF_THE_FLOOD = max(OF_THE_FLOOD, 1.5)
+
 #: hookrunner's neighbour p99 at most this many times webhook's, measured one after the other in the same
 #: test. Seen in scripts/hostile's rounds: the gevent worker 0.4-4.2x webhook's (fifteen rounds), the
 #: threaded worker 1.5-7.5x (five). About twice the worst of those: the machine's load moves between the two
@@ -67,9 +73,9 @@ def test_a_second_client_is_answered_soon_while_one_floods(tmp_path: Path) -> No
     _always_answered(flood, neighbour)
     figures = (flood.summary(), neighbour.summary())
     # The neighbour is not behind the flood's queue: its median and its tail (the second slowest of its
-    # answers) against the flood's own under the same load at the same moment (OF_THE_FLOOD).
-    for share in (0.5, 0.99):
-        bound = OF_THE_FLOOD * percentile(flood.latencies, share)
+    # answers) against the flood's own under the same load at the same moment.
+    for share, times in ((0.5, OF_THE_FLOOD), (0.99, TAIL_OF_THE_FLOOD)):
+        bound = times * percentile(flood.latencies, share)
         assert percentile(neighbour.latencies, share) <= bound, (share, figures)
 
 
