@@ -1,5 +1,5 @@
 """werkzeug's development server, kept out of the worker that never runs it (docs/performance.md, memory at
-rest). werkzeug imports `werkzeug.serving` (with `http.server` and `mimetypes`) as it is imported, for
+rest). werkzeug imports `werkzeug.serving` (with `http.server`) as it is imported, for
 `run_simple`, and Flask for `is_running_from_reloader`; hookrunner serves through gunicorn, so in the
 worker that builds the app after the fork (serve/arbiter.py) they are only names. `install` hands the
 first import of `werkzeug.serving` a stand-in module that holds those two names as functions which load
