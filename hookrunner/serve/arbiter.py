@@ -168,8 +168,9 @@ class _ForkedWorker:
     """What gunicorn's master makes and keeps for a worker: the real worker class (`serving`) is imported,
     and the app built, only in the forked process, so that the master never loads gevent, Flask,
     werkzeug, gunicorn's worker and HTTP modules, or (without -secure) ssl (docs/performance.md, memory at
-    rest). The master keeps this object: what gunicorn's arbiter reads of a worker (its heartbeat file,
-    pid, age, booted and aborted); the worker process runs the real one, on the same heartbeat file."""
+    rest), and the worker loads no werkzeug development server (serve/devserver.py). The master keeps
+    this object: what gunicorn's arbiter reads of a worker (its heartbeat file, pid, age, booted and
+    aborted); the worker process runs the real one, on the same heartbeat file."""
 
     serving = ""  # "module:Class"
 
@@ -183,6 +184,9 @@ class _ForkedWorker:
         self.tmp = WorkerTmp(cfg)
 
     def init_process(self) -> None:
+        from hookrunner.serve import devserver  # here: the master has no use for it
+
+        devserver.install()  # before Flask and werkzeug are imported in this process
         module, _, name = self.serving.partition(":")
         serving = getattr(importlib.import_module(module), name)
         ctx.load_app()  # before the worker's init_signals, which hands the runner its journal
@@ -333,7 +337,7 @@ def serve(
             ctx.state_lock = lock_state_dir(config.state_dir)
             check_journal(config.state_dir, ctx.boot_id, config.state_keep)
         except JournalError as err:
-            reason = f"run journal: {err}; not starting (docs/operations.md, \"Run journal\")"
+            reason = f'run journal: {err}; not starting (docs/operations.md, "Run journal")'
             log.output(reason, level="error", event="fatal")
             raise SystemExit(1) from None
     if config.secure and ssl_context is None:

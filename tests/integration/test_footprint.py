@@ -81,16 +81,29 @@ class Running:
         self.stderr = tmp_path / "stderr.log"
         self.port = free_port()
         env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
-        argv = [HOOKRUNNER_BIN, "-hooks", str(self.hooks), "-ip", "127.0.0.1", "-port", str(self.port), *flags]
+        argv = [
+            HOOKRUNNER_BIN,
+            "-hooks",
+            str(self.hooks),
+            "-ip",
+            "127.0.0.1",
+            "-port",
+            str(self.port),
+            *flags,
+        ]
         with self.stderr.open("wb") as err:
-            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True
+            )
         deadline = time.monotonic() + 30
         while self.get("/")[0] != 200:
             assert self.proc.poll() is None, self.stderr.read_text()
             assert time.monotonic() < deadline, "no 200 on / within 30 s"
             time.sleep(0.02)
 
-    def get(self, path: str, data: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    def get(
+        self, path: str, data: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, str]:
         url = f"{self.scheme}://127.0.0.1:{self.port}{path}"
         request = urllib.request.Request(url, data=data, headers=headers or {})
         try:
@@ -138,7 +151,9 @@ def running() -> Iterator[list[Running]]:
         server.stop()
 
 
-def start(tmp_path: Path, running: list[Running], hooks: str, *flags: str, ca: trustme.CA | None = None) -> Running:
+def start(
+    tmp_path: Path, running: list[Running], hooks: str, *flags: str, ca: trustme.CA | None = None
+) -> Running:
     server = Running(tmp_path, hooks, *flags, ca=ca)
     running.append(server)
     return server
@@ -163,13 +178,48 @@ def test_default_flags_load_no_optional_library(tmp_path: Path, running: list[Ru
     assert "html.entities" not in imported
 
 
+@pytest.mark.parametrize("worker_class", ["gevent", "gthread"])
+def test_the_worker_loads_no_development_server(
+    tmp_path: Path, running: list[Running], worker_class: str
+) -> None:
+    # werkzeug imports werkzeug.serving as it is imported, and Flask reads two names of it; the worker
+    # gets a stand-in module (serve/devserver.py) that loads the real one only if anything else is read.
+    server = start(tmp_path, running, PLAIN_HOOK, "-worker-class", worker_class)
+    push = {"X-Event": "push", "Content-Type": "application/json"}
+    assert server.get("/hooks/plain", b"{}", push) == (200, "started")
+    assert server.get("/hooks/plain", b"{}", {"X-Event": "pull"}) == (200, "Hook rules were not satisfied.")
+    assert server.get("/hooks/none", b"{}", push) == (404, "Hook not found.")
+    imported = server.imported()
+    assert {"flask", "werkzeug", "werkzeug.serving"} <= imported  # the stand-in, as the log names it
+    # What the real module imports and nothing else of the tree does at rest (with -metrics,
+    # prometheus-client imports it too): its HTTP server.
+    assert "http.server" not in imported
+    # The admin listener's connections subclass its request handler: there the log does show it.
+    (tmp_path / "admin").mkdir()
+    admin = start(
+        tmp_path / "admin",
+        running,
+        PLAIN_HOOK,
+        "-worker-class",
+        worker_class,
+        "-admin-addr",
+        f"127.0.0.1:{free_port()}",
+    )
+    assert "http.server" in admin.imported()
+
+
 def test_the_version_is_the_installed_one(tmp_path: Path) -> None:
     python = Path(HOOKRUNNER_BIN).parent / "python"
     metadata = subprocess.run(
         [str(python), "-I", "-c", "import importlib.metadata as m; print(m.version('hookrunner'))"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout.strip()
-    done = subprocess.run([HOOKRUNNER_BIN, "-version"], capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [HOOKRUNNER_BIN, "-version"], capture_output=True, text=True, timeout=60, check=True
+    )
     assert done.stdout.startswith(f"hookrunner version {metadata} ")
 
 
@@ -199,7 +249,12 @@ def test_the_version_loads_no_optional_library() -> None:
             PLAIN_HOOK,
             ["-admin-addr", "127.0.0.1:{port}"],
             # the run history is kept in SQLite (in memory without -state-dir)
-            {"hookrunner.serve.admin", "hookrunner.state.historystore", "multiprocessing.connection", "sqlite3"},
+            {
+                "hookrunner.serve.admin",
+                "hookrunner.state.historystore",
+                "multiprocessing.connection",
+                "sqlite3",
+            },
         ),
     ],
     ids=["hotreload", "metrics", "regex", "template", "state-dir", "admin-addr"],
@@ -350,4 +405,6 @@ def test_the_worker_comes_back_near_its_rest_after_a_load(tmp_path: Path, runnin
     while (_rss_kib(worker) - rest) / 1024 > AFTER_LOAD_MIB and time.monotonic() < deadline:
         time.sleep(0.2)
     over = (_rss_kib(worker) - rest) / 1024
-    assert over <= AFTER_LOAD_MIB, f"{over:.1f} MiB over rest ({rest / 1024:.1f}), peak {(peak - rest) / 1024:+.1f}"
+    assert over <= AFTER_LOAD_MIB, (
+        f"{over:.1f} MiB over rest ({rest / 1024:.1f}), peak {(peak - rest) / 1024:+.1f}"
+    )
