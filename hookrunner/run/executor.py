@@ -26,7 +26,8 @@ from hookrunner.run.claimed import NOT_STARTED, ClaimedRuns, Held
 from hookrunner.run.history import Recorder, Ticket
 from hookrunner.run.prepare import coalesce_group, inherited_environment, prepare
 from hookrunner.run.processes import ProcessTracker, RunProcesses, end_previous_attempt
-from hookrunner.run.spawn import Exit, Listener, Output, StartSignal, Waits, start_process
+from hookrunner.run.spawn import Exit, Listener, Output, Waits, start_process
+from hookrunner.run.startwait import START_WAIT, StartWaits
 from hookrunner.run.tempfiles import create_temp, write_temp
 from hookrunner.state.backend import RunState, StateUnavailable
 from hookrunner.state.embedded import EmbeddedState
@@ -34,18 +35,7 @@ from hookrunner.state.journal import Journal, JournalUnwritable, LeftOver, RunSp
 from hookrunner.state.model import Claim, Outcome, ProcessId, record_key
 from hookrunner.state.slots import Busy
 
-#: How long a background run's answer waits for its process to start, at most (the gevent worker). Under
-#: load the start waits for a core (the child's exec) behind everything else on the machine; past this the
-#: push is answered anyway and its process starts as soon as it can, as webhook's always does.
-START_WAIT = 0.05
-
 _TIMED_OUT = "command timed out after"
-
-#: Background runs answered before their start without waiting for it: one. A push is answered at once when
-#: no run answered before it is still starting, else waits for its own start (START_WAIT at most): answers
-#: still come no faster than starts, and one run, not a backlog, is answered and not started. A lone push
-#: skips its start's wait, under load most of its answer's time (docs/limits.md, "A flooded neighbour").
-STARTS_AHEAD = 1
 
 
 @dataclass(frozen=True)
@@ -86,11 +76,8 @@ class CommandRunner:
         #: How runs wait on their processes, and where they run (run/spawn.py): on command threads by
         #: default; the gevent worker sets its event loop's (serve/greenruns.py) with use().
         self.waits = Waits()
-        # Requests answered once their run has started (start(), on the gevent worker), by request id.
-        self._start_waiters: dict[str, StartSignal] = {}
-        # Requests answered before their run started (at most STARTS_AHEAD of them, but for those whose start
-        # took longer than start_wait), by request id; each leaves when its run starts (or will not).
-        self._ahead: set[str] = set()
+        # Background runs' answers that wait for their start (start(), on the gevent worker).
+        self._starts = StartWaits()
         #: How long a background run's answer waits for its start (START_WAIT).
         self.start_wait = START_WAIT
         self._lock = threading.Lock()
@@ -193,23 +180,17 @@ class CommandRunner:
         (a request coalesced into another's run is told nothing)."""
         if not (started_first and self.waits.launches):
             return self._submit(hook, req, on_output)[0]
-        started = self.waits.event()
-        self._start_waiters[req.id] = started
-        try:
-            future, how, now = self._admit(hook, prepare(hook, req), coalesce_group(hook, req), on_output)
-            if now:  # in the cap's line (not claimed yet): answered now
-                if len(self._ahead) >= STARTS_AHEAD:
-                    started.wait(self.start_wait)
-                if req.id in self._start_waiters:  # not started yet: answered ahead of its start
-                    self._ahead.add(req.id)
-        finally:
-            self._start_waiters.pop(req.id, None)
-        return future
+
+        def admit() -> tuple[Future[CommandResult], bool]:
+            future, _how, now = self._admit(hook, prepare(hook, req), coalesce_group(hook, req), on_output)
+            return future, now
+
+        return self._starts.answer(req.id, self.waits.event(), admit, self.start_wait)
 
     @property
     def ahead(self) -> int:
         """Background runs answered before their process started that have not started yet."""
-        return len(self._ahead)
+        return self._starts.ahead
 
     def _submit(
         self, hook: Hook, req: Request, on_output: Listener | None = None
@@ -361,10 +342,7 @@ class CommandRunner:
 
     def _started(self, request_id: str) -> None:
         """The run of `request_id` has started its process (or will not): start() may return."""
-        self._ahead.discard(request_id)
-        waiter = self._start_waiters.pop(request_id, None)
-        if waiter is not None:
-            waiter.set()
+        self._starts.started(request_id)
 
     def start(self, hook: Hook, req: Request) -> None:
         """Run in the background (webhook's `go handleHook`); raises Busy like submit."""

@@ -16,10 +16,11 @@ from hookrunner.hooks.model import Hook
 from hookrunner.hooks.request import Request
 from hookrunner.ops.log import log
 from hookrunner.run import wire
-from hookrunner.run.executor import START_WAIT, STARTS_AHEAD, CommandResult
+from hookrunner.run.executor import CommandResult
 from hookrunner.run.prepare import coalesce_group, prepare
 from hookrunner.run.runorder import run_messages
 from hookrunner.run.spawn import Listener, StartSignal, Waits
+from hookrunner.run.startwait import START_WAIT, STARTS_AHEAD
 from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.journal import JournalUnwritable
 from hookrunner.state.slots import Busy
