@@ -27,7 +27,7 @@ from hookrunner.run.history import Recorder, Ticket
 from hookrunner.run.prepare import coalesce_group, inherited_environment, prepare
 from hookrunner.run.processes import ProcessTracker, RunProcesses, end_previous_attempt
 from hookrunner.run.spawn import Exit, Listener, Output, Waits, start_process
-from hookrunner.run.startwait import START_WAIT, StartWaits
+from hookrunner.run.startwait import START_WAIT, OnStarted, StartWaits, told_once
 from hookrunner.run.tempfiles import create_temp, write_temp
 from hookrunner.state.backend import RunState, StateUnavailable
 from hookrunner.state.embedded import EmbeddedState
@@ -98,9 +98,6 @@ class CommandRunner:
         self.runs.lose = self._lose
         #: The run history (-admin-addr; run/history.py), attached in the serving process; None: no records.
         self.history: Recorder | None = None
-        #: Told a run's request id and process id once its process has started (the run owner, which tells
-        #: the worker: run/owner.py); None: nobody.
-        self.on_started: Callable[[str, int], None] | None = None
 
     def use(self, waits: Waits) -> None:
         """Run and wait the way `waits` does (before any run is admitted)."""
@@ -181,11 +178,12 @@ class CommandRunner:
         if not (started_first and self.waits.launches):
             return self._submit(hook, req, on_output)[0]
 
-        def admit() -> tuple[Future[CommandResult], bool]:
-            future, _how, now = self._admit(hook, prepare(hook, req), coalesce_group(hook, req), on_output)
+        def admit(on_started: OnStarted) -> tuple[Future[CommandResult], bool]:
+            spec, group = prepare(hook, req), coalesce_group(hook, req)
+            future, _how, now = self._admit(hook, spec, group, on_output, on_started)
             return future, now
 
-        return self._starts.answer(req.id, self.waits.event(), admit, self.start_wait)
+        return self._starts.answer(self.waits.event(), admit, self.start_wait)
 
     @property
     def ahead(self) -> int:
@@ -200,15 +198,26 @@ class CommandRunner:
         return self.submit_prepared(hook, prepare(hook, req), coalesce_group(hook, req), on_output)
 
     def submit_prepared(
-        self, hook: Hook, spec: RunSpec, group: str | None, on_output: Listener | None = None
+        self,
+        hook: Hook,
+        spec: RunSpec,
+        group: str | None,
+        on_output: Listener | None = None,
+        on_started: OnStarted | None = None,
     ) -> tuple[Future[CommandResult], str]:
         """Admit a run prepared elsewhere (the run owner's, from a worker's `run` message: run/owner.py) of
-        coalesce group `group`, as submit() does; returns its future and how it was admitted."""
-        future, how, _ = self._admit(hook, spec, group, on_output)
+        coalesce group `group`, as submit() does; returns its future and how it was admitted. `on_started`
+        is told this run's start (its pid), or its end without one (None): not a coalesced request's."""
+        future, how, _ = self._admit(hook, spec, group, on_output, on_started)
         return future, how
 
     def _admit(
-        self, hook: Hook, spec: RunSpec, group: str | None, on_output: Listener | None
+        self,
+        hook: Hook,
+        spec: RunSpec,
+        group: str | None,
+        on_output: Listener | None,
+        on_started: OnStarted | None = None,
     ) -> tuple[Future[CommandResult], str, bool]:
         """Admit through the run state (with a journal, the run is written down first); returns the future,
         how, and whether the run holds its claim now. Raises Busy, JournalUnwritable or StateUnavailable."""
@@ -219,7 +228,8 @@ class CommandRunner:
         def work(claim: Claim, held: Held) -> tuple[CommandResult, str]:
             # A coalesced request's run starts with the newest request's work (its hook, ticket, stream);
             # with a shared state the newest request may be another replica's: its record tells the run.
-            result = self._claimed_run(hook, claim, held, self._adopted(claim, ticket), on_output)
+            ticket_now = self._adopted(claim, ticket)
+            result = self._claimed_run(hook, claim, held, ticket_now, on_output, on_started)
             return result, result.error or "exit status 0"
 
         try:
@@ -328,21 +338,20 @@ class CommandRunner:
         held: Held | None,
         ticket: Ticket | None = None,
         on_output: Listener | None = None,
+        on_started: OnStarted | None = None,
     ) -> CommandResult:
         spec = claim.spec
+        told = told_once(on_started)
         try:
             if claim.previous:
                 self.waits.offload(self._end_previous, claim.run_id, claim.previous)
-            return self.execute(hook, spec, held, ticket, on_output)
+            return self.execute(hook, spec, held, ticket, on_output, told)
         except Exception as exc:  # noqa: BLE001 - a background command must never die silently
             log.request(spec.request_id, f"error running command: {exc}")
             return CommandResult(b"", str(exc))
         finally:
-            self._started(spec.request_id)  # not started at all: its answer waits no more
-
-    def _started(self, request_id: str) -> None:
-        """The run of `request_id` has started its process (or will not): start() may return."""
-        self._starts.started(request_id)
+            if told is not None:
+                told(None)  # not started at all: its answer waits no more
 
     def start(self, hook: Hook, req: Request) -> None:
         """Run in the background (webhook's `go handleHook`); raises Busy like submit."""
@@ -359,23 +368,29 @@ class CommandRunner:
         held: Held | None = None,
         ticket: Ticket | None = None,
         on_output: Listener | None = None,
+        on_started: OnStarted | None = None,
     ) -> CommandResult:
         """Run a prepared run (from a request, or replayed from the journal) and wait for it; `held`: its
         claim, on which its processes are recorded; its record in the run history (`ticket`) is told
         when it starts, as its output comes (the live log) and when it ends; `on_output`, each chunk of
-        its output as it is read."""
+        its output as it is read; `on_started`, its process's pid once started."""
         if ticket is None:
-            return self._execute(hook, spec, held, on_output)
+            return self._execute(hook, spec, held, on_output, on_started)
         ticket.started(spec)
         result = CommandResult(b"", "error running command")
         try:
-            result = self._execute(hook, spec, held, _both(ticket.output, on_output))
+            result = self._execute(hook, spec, held, _both(ticket.output, on_output), on_started)
         finally:
             ticket.finished(result.output, result.error, cancelled=self._closing)
         return result
 
     def _execute(
-        self, hook: Hook, spec: RunSpec, held: Held | None = None, on_output: Listener | None = None
+        self,
+        hook: Hook,
+        spec: RunSpec,
+        held: Held | None = None,
+        on_output: Listener | None = None,
+        on_started: OnStarted | None = None,
     ) -> CommandResult:
         rid = spec.request_id
         try:
@@ -422,7 +437,7 @@ class CommandRunner:
             )
         timeout = hook.command_timeout or self.command_timeout
         started = time.monotonic()
-        output, error = self._spawn(path, argv, env, cwd or None, timeout, rid, held, on_output)
+        output, error = self._spawn(path, argv, env, cwd or None, timeout, rid, held, on_output, on_started)
         metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
         if log.wants("command_output"):
             text = output.decode("utf-8", "replace")
@@ -448,6 +463,7 @@ class CommandRunner:
         rid: str,
         held: Held | None = None,
         on_output: Listener | None = None,
+        on_started: OnStarted | None = None,
     ) -> tuple[bytes, str | None]:
         with self._lock:
             if self._closing:
@@ -469,9 +485,8 @@ class CommandRunner:
         with self._lock:
             self._processes.add(process)
             closing = self._closing
-        self._started(rid)
-        if self.on_started is not None:
-            self.on_started(rid, process.pid)
+        if on_started is not None:
+            on_started(process.pid)
         waits = self.waits
         if closing:
             # Shutdown took its list of runs while this one was being started.

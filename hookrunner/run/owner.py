@@ -238,9 +238,13 @@ class _Asked:
     def __init__(self, connection: _Connection, order: RunOrder) -> None:
         self.connection = connection
         self.number = order.number
-        self.request_id = order.spec.request_id
         self.wants_output = order.capture or order.stream
         self.streamed = False
+
+    def started(self, pid: int | None) -> None:
+        """This run's process has started (`pid`), or the run ended without one (None: its exit tells)."""
+        if pid is not None:
+            self.connection.send(Message("started", {"id": self.number, "pid": pid}))
 
     def stream(self, chunk: bytes) -> None:
         self.streamed = True
@@ -269,9 +273,6 @@ class Owner:
         self._outbox_stall = outbox_stall
         self._lock = threading.Lock()
         self._connections: dict[int, _Connection] = {}
-        # Runs told `admitted` or about to be, not yet started, by request id: `started` goes to them.
-        self._starting: dict[str, list[_Asked]] = {}
-        runner.on_started = self._started
         #: The host's families in OpenMetrics text, for a worker's `metrics` (ops/metrics.py); None: none.
         self.exposition: Callable[[], bytes] | None = None
         #: Counts a worker's `count` (ops/metrics.py's count_request); None: no metrics, counts dropped.
@@ -458,59 +459,34 @@ class Owner:
         """Admit one run and answer how; its start, output and exit are told as they come."""
         asked = _Asked(connection, order)
         number = order.number
-        if order.tell_start:
-            with self._lock:
-                self._starting.setdefault(asked.request_id, []).append(asked)
+        # Its start is told to this run alone (a callback of its own: two runs may share a request id).
+        on_started = asked.started if order.tell_start else None
         try:
             future, how = self.runner.submit_prepared(
-                order.hook, order.spec, order.group, asked.stream if order.stream else None
+                order.hook, order.spec, order.group, asked.stream if order.stream else None, on_started
             )
         except Busy as busy:
-            self._not_starting(asked)
             connection.send(Message("busy", {"id": number, "retry_after": busy.retry_after}))
             return
         except JournalUnwritable as exc:
-            self._not_starting(asked)
             journal = self.runner.journal
             fields = {"id": number, "retry_after": exc.retry_after, "why": str(exc)}
             connection.send(Message("unavailable", {**fields, "journal": journal and journal.path}))
             return
         except StateUnavailable as exc:
-            self._not_starting(asked)
             fields = {"id": number, "retry_after": exc.retry_after, "why": str(exc)}
             connection.send(Message("unavailable", fields))
             return
         except Exception as exc:  # noqa: BLE001 - no thread for the run, say: that request's end, not the owner's
-            self._not_starting(asked)
             log.output(f"run owner: run {number} of worker {connection.worker_pid} not admitted: {exc}")
             connection.send(Message("refused", {"id": number, "why": f"not admitted: {exc}"}))
             return
         connection.send(Message("admitted", {"id": number, "how": how}))
         future.add_done_callback(lambda done: self._exited(asked, done))
 
-    def _started(self, request_id: str, pid: int) -> None:
-        """The executor started the process of `request_id`'s run: tell the worker that asked for it."""
-        with self._lock:
-            waiting = self._starting.get(request_id)
-            if not waiting:
-                return
-            asked = waiting.pop(0)
-            if not waiting:
-                del self._starting[request_id]
-        asked.connection.send(Message("started", {"id": asked.number, "pid": pid}))
-
-    def _not_starting(self, asked: _Asked) -> None:
-        with self._lock:
-            waiting = self._starting.get(asked.request_id)
-            if waiting is not None and asked in waiting:
-                waiting.remove(asked)
-                if not waiting:
-                    del self._starting[asked.request_id]
-
     def _exited(self, asked: _Asked, future: Future[CommandResult]) -> None:
         """The run `asked` stands for has ended (its own, or the run it was coalesced into): its exit, with
         the output it has not had yet when it wants it."""
-        self._not_starting(asked)
         exc = future.exception()
         result = CommandResult(b"", f"error: {type(exc).__name__}") if exc is not None else future.result()
         output = result.output if asked.wants_output and not asked.streamed else b""

@@ -22,17 +22,49 @@ STARTS_AHEAD = 1
 
 T = TypeVar("T")
 
+#: Told once of one run's start: its process's pid, or None when the run ended without starting one. Given
+#: per submitted run, so that it reaches that run alone (two runs may carry one request id: a client's own
+#: X-Request-Id with -x-request-id).
+OnStarted = Callable[[int | None], None]
+
+
+def told_once(on_started: OnStarted | None) -> OnStarted | None:
+    """`on_started`, told at most once (the start, or else the run's end)."""
+    if on_started is None:
+        return None
+    told = False
+
+    def once(pid: int | None) -> None:
+        nonlocal told
+        if not told:
+            told = True
+            on_started(pid)
+
+    return once
+
+
+class _Notice:
+    """One background run's answer waiting for its start: set when its process has started (or will not)."""
+
+    def __init__(self, ahead: set[_Notice], signal: StartSignal) -> None:
+        self._ahead = ahead
+        self.signal = signal
+        self.told = False
+
+    def tell(self, pid: int | None) -> None:
+        self.told = True
+        self._ahead.discard(self)
+        self.signal.set()
+
 
 class StartWaits:
-    """The answers of one runner's background runs that wait for their start, and those answered ahead of
-    it; each run is known by its request id."""
+    """The background runs of one runner whose answers wait for their start, and those answered ahead of it
+    and not started yet; each known by its submit, not by its request id."""
 
     def __init__(self) -> None:
-        # Requests answered once their run has started, by request id.
-        self._waiters: dict[str, StartSignal] = {}
-        # Requests answered before their run started (at most STARTS_AHEAD of them, but for those whose start
-        # took longer than the wait), by request id; each leaves when its run starts (or will not).
-        self._ahead: set[str] = set()
+        # Runs answered before their start (at most STARTS_AHEAD of them, but for those whose start took
+        # longer than the wait); each leaves when its run starts (or will not).
+        self._ahead: set[_Notice] = set()
 
     @property
     def ahead(self) -> int:
@@ -40,26 +72,18 @@ class StartWaits:
         return len(self._ahead)
 
     def answer(
-        self, request_id: str, started: StartSignal, admit: Callable[[], tuple[Future[T], bool]], wait: float
+        self, started: StartSignal, admit: Callable[[OnStarted], tuple[Future[T], bool]], wait: float
     ) -> Future[T]:
-        """Admit a run with `admit` (its future, and whether it holds its claim now) and return once it may be
-        answered: a run admitted to start now has started, or waited `wait` for a core, unless no other run
-        is answered and not yet started (STARTS_AHEAD)."""
-        self._waiters[request_id] = started
-        try:
-            future, now = admit()
-            if now:  # in the cap's line (not claimed yet): answered now
-                if len(self._ahead) >= STARTS_AHEAD:
-                    started.wait(wait)
-                if request_id in self._waiters:  # not started yet: answered ahead of its start
-                    self._ahead.add(request_id)
-        finally:
-            self._waiters.pop(request_id, None)
+        """Admit a run with `admit`, given what its start tells (it returns the run's future, and whether it
+        holds its claim now), and return once it may be answered: a run admitted to start now has started,
+        or waited `wait` for a core, unless no other run is answered and not yet started (STARTS_AHEAD)."""
+        notice = _Notice(self._ahead, started)
+        future, now = admit(notice.tell)
+        if now and not notice.told:  # in the cap's line (not claimed yet): answered now
+            if len(self._ahead) >= STARTS_AHEAD:
+                started.wait(wait)
+            if not notice.told:  # not started yet: answered ahead of its start
+                self._ahead.add(notice)
+                if notice.told:  # it started meanwhile (on another thread)
+                    self._ahead.discard(notice)
         return future
-
-    def started(self, request_id: str) -> None:
-        """The run of `request_id` has started its process (or will not): its answer may go."""
-        self._ahead.discard(request_id)
-        waiter = self._waiters.pop(request_id, None)
-        if waiter is not None:
-            waiter.set()
