@@ -69,6 +69,7 @@ def test_two_runs_of_one_request_id_each_get_their_own_start(two: Host, tmp_path
     assert wire.receive(raw)[0].kind == "hello"
     send_run(raw, 1, serial, "blocker", "block")
     seen = messages_until(raw, ("started", 1))
+    assert wait_until(lambda: (tmp_path / "pid-block").exists())  # told at its exec, before it writes
     send_run(raw, 2, serial, "same", "a")  # queued behind the blocker
     seen += messages_until(raw, ("admitted", 2))
     send_run(raw, 3, other, "same", "b")  # starts at once
