@@ -26,7 +26,8 @@ from hookrunner.run.claimed import NOT_STARTED, ClaimedRuns, Held
 from hookrunner.run.history import Recorder, Ticket
 from hookrunner.run.prepare import coalesce_group, inherited_environment, prepare
 from hookrunner.run.processes import ProcessTracker, RunProcesses, end_previous_attempt
-from hookrunner.run.spawn import Exit, Listener, Output, StartSignal, Waits, start_process
+from hookrunner.run.spawn import Exit, Listener, Output, Waits, start_process
+from hookrunner.run.startwait import START_WAIT, OnStarted, StartWaits, told_once
 from hookrunner.run.tempfiles import create_temp, write_temp
 from hookrunner.state.backend import RunState, StateUnavailable
 from hookrunner.state.embedded import EmbeddedState
@@ -34,18 +35,7 @@ from hookrunner.state.journal import Journal, JournalUnwritable, LeftOver, RunSp
 from hookrunner.state.model import Claim, Outcome, ProcessId, record_key
 from hookrunner.state.slots import Busy
 
-#: How long a background run's answer waits for its process to start, at most (the gevent worker). Under
-#: load the start waits for a core (the child's exec) behind everything else on the machine; past this the
-#: push is answered anyway and its process starts as soon as it can, as webhook's always does.
-START_WAIT = 0.05
-
 _TIMED_OUT = "command timed out after"
-
-#: Background runs answered before their start without waiting for it: one. A push is answered at once when
-#: no run answered before it is still starting, else waits for its own start (START_WAIT at most): answers
-#: still come no faster than starts, and one run, not a backlog, is answered and not started. A lone push
-#: skips its start's wait, under load most of its answer's time (docs/limits.md, "A flooded neighbour").
-STARTS_AHEAD = 1
 
 
 @dataclass(frozen=True)
@@ -86,11 +76,8 @@ class CommandRunner:
         #: How runs wait on their processes, and where they run (run/spawn.py): on command threads by
         #: default; the gevent worker sets its event loop's (serve/greenruns.py) with use().
         self.waits = Waits()
-        # Requests answered once their run has started (start(), on the gevent worker), by request id.
-        self._start_waiters: dict[str, StartSignal] = {}
-        # Requests answered before their run started (at most STARTS_AHEAD of them, but for those whose start
-        # took longer than start_wait), by request id; each leaves when its run starts (or will not).
-        self._ahead: set[str] = set()
+        # Background runs' answers that wait for their start (start(), on the gevent worker).
+        self._starts = StartWaits()
         #: How long a background run's answer waits for its start (START_WAIT).
         self.start_wait = START_WAIT
         self._lock = threading.Lock()
@@ -111,9 +98,6 @@ class CommandRunner:
         self.runs.lose = self._lose
         #: The run history (-admin-addr; run/history.py), attached in the serving process; None: no records.
         self.history: Recorder | None = None
-        #: Told a run's request id and process id once its process has started (the run owner, which tells
-        #: the worker: run/owner.py); None: nobody.
-        self.on_started: Callable[[str, int], None] | None = None
 
     def use(self, waits: Waits) -> None:
         """Run and wait the way `waits` does (before any run is admitted)."""
@@ -193,23 +177,18 @@ class CommandRunner:
         (a request coalesced into another's run is told nothing)."""
         if not (started_first and self.waits.launches):
             return self._submit(hook, req, on_output)[0]
-        started = self.waits.event()
-        self._start_waiters[req.id] = started
-        try:
-            future, how, now = self._admit(hook, prepare(hook, req), coalesce_group(hook, req), on_output)
-            if now:  # in the cap's line (not claimed yet): answered now
-                if len(self._ahead) >= STARTS_AHEAD:
-                    started.wait(self.start_wait)
-                if req.id in self._start_waiters:  # not started yet: answered ahead of its start
-                    self._ahead.add(req.id)
-        finally:
-            self._start_waiters.pop(req.id, None)
-        return future
+
+        def admit(on_started: OnStarted) -> tuple[Future[CommandResult], bool]:
+            spec, group = prepare(hook, req), coalesce_group(hook, req)
+            future, _how, now = self._admit(hook, spec, group, on_output, on_started)
+            return future, now
+
+        return self._starts.answer(self.waits.event(), admit, self.start_wait)
 
     @property
     def ahead(self) -> int:
         """Background runs answered before their process started that have not started yet."""
-        return len(self._ahead)
+        return self._starts.ahead
 
     def _submit(
         self, hook: Hook, req: Request, on_output: Listener | None = None
@@ -219,15 +198,26 @@ class CommandRunner:
         return self.submit_prepared(hook, prepare(hook, req), coalesce_group(hook, req), on_output)
 
     def submit_prepared(
-        self, hook: Hook, spec: RunSpec, group: str | None, on_output: Listener | None = None
+        self,
+        hook: Hook,
+        spec: RunSpec,
+        group: str | None,
+        on_output: Listener | None = None,
+        on_started: OnStarted | None = None,
     ) -> tuple[Future[CommandResult], str]:
         """Admit a run prepared elsewhere (the run owner's, from a worker's `run` message: run/owner.py) of
-        coalesce group `group`, as submit() does; returns its future and how it was admitted."""
-        future, how, _ = self._admit(hook, spec, group, on_output)
+        coalesce group `group`, as submit() does; returns its future and how it was admitted. `on_started`
+        is told this run's start (its pid), or its end without one (None): not a coalesced request's."""
+        future, how, _ = self._admit(hook, spec, group, on_output, on_started)
         return future, how
 
     def _admit(
-        self, hook: Hook, spec: RunSpec, group: str | None, on_output: Listener | None
+        self,
+        hook: Hook,
+        spec: RunSpec,
+        group: str | None,
+        on_output: Listener | None,
+        on_started: OnStarted | None = None,
     ) -> tuple[Future[CommandResult], str, bool]:
         """Admit through the run state (with a journal, the run is written down first); returns the future,
         how, and whether the run holds its claim now. Raises Busy, JournalUnwritable or StateUnavailable."""
@@ -238,7 +228,8 @@ class CommandRunner:
         def work(claim: Claim, held: Held) -> tuple[CommandResult, str]:
             # A coalesced request's run starts with the newest request's work (its hook, ticket, stream);
             # with a shared state the newest request may be another replica's: its record tells the run.
-            result = self._claimed_run(hook, claim, held, self._adopted(claim, ticket), on_output)
+            ticket_now = self._adopted(claim, ticket)
+            result = self._claimed_run(hook, claim, held, ticket_now, on_output, on_started)
             return result, result.error or "exit status 0"
 
         try:
@@ -347,24 +338,20 @@ class CommandRunner:
         held: Held | None,
         ticket: Ticket | None = None,
         on_output: Listener | None = None,
+        on_started: OnStarted | None = None,
     ) -> CommandResult:
         spec = claim.spec
+        told = told_once(on_started)
         try:
             if claim.previous:
                 self.waits.offload(self._end_previous, claim.run_id, claim.previous)
-            return self.execute(hook, spec, held, ticket, on_output)
+            return self.execute(hook, spec, held, ticket, on_output, told)
         except Exception as exc:  # noqa: BLE001 - a background command must never die silently
             log.request(spec.request_id, f"error running command: {exc}")
             return CommandResult(b"", str(exc))
         finally:
-            self._started(spec.request_id)  # not started at all: its answer waits no more
-
-    def _started(self, request_id: str) -> None:
-        """The run of `request_id` has started its process (or will not): start() may return."""
-        self._ahead.discard(request_id)
-        waiter = self._start_waiters.pop(request_id, None)
-        if waiter is not None:
-            waiter.set()
+            if told is not None:
+                told(None)  # not started at all: its answer waits no more
 
     def start(self, hook: Hook, req: Request) -> None:
         """Run in the background (webhook's `go handleHook`); raises Busy like submit."""
@@ -381,23 +368,29 @@ class CommandRunner:
         held: Held | None = None,
         ticket: Ticket | None = None,
         on_output: Listener | None = None,
+        on_started: OnStarted | None = None,
     ) -> CommandResult:
         """Run a prepared run (from a request, or replayed from the journal) and wait for it; `held`: its
         claim, on which its processes are recorded; its record in the run history (`ticket`) is told
         when it starts, as its output comes (the live log) and when it ends; `on_output`, each chunk of
-        its output as it is read."""
+        its output as it is read; `on_started`, its process's pid once started."""
         if ticket is None:
-            return self._execute(hook, spec, held, on_output)
+            return self._execute(hook, spec, held, on_output, on_started)
         ticket.started(spec)
         result = CommandResult(b"", "error running command")
         try:
-            result = self._execute(hook, spec, held, _both(ticket.output, on_output))
+            result = self._execute(hook, spec, held, _both(ticket.output, on_output), on_started)
         finally:
             ticket.finished(result.output, result.error, cancelled=self._closing)
         return result
 
     def _execute(
-        self, hook: Hook, spec: RunSpec, held: Held | None = None, on_output: Listener | None = None
+        self,
+        hook: Hook,
+        spec: RunSpec,
+        held: Held | None = None,
+        on_output: Listener | None = None,
+        on_started: OnStarted | None = None,
     ) -> CommandResult:
         rid = spec.request_id
         try:
@@ -444,7 +437,7 @@ class CommandRunner:
             )
         timeout = hook.command_timeout or self.command_timeout
         started = time.monotonic()
-        output, error = self._spawn(path, argv, env, cwd or None, timeout, rid, held, on_output)
+        output, error = self._spawn(path, argv, env, cwd or None, timeout, rid, held, on_output, on_started)
         metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
         if log.wants("command_output"):
             text = output.decode("utf-8", "replace")
@@ -470,6 +463,7 @@ class CommandRunner:
         rid: str,
         held: Held | None = None,
         on_output: Listener | None = None,
+        on_started: OnStarted | None = None,
     ) -> tuple[bytes, str | None]:
         with self._lock:
             if self._closing:
@@ -491,9 +485,8 @@ class CommandRunner:
         with self._lock:
             self._processes.add(process)
             closing = self._closing
-        self._started(rid)
-        if self.on_started is not None:
-            self.on_started(rid, process.pid)
+        if on_started is not None:
+            on_started(process.pid)
         waits = self.waits
         if closing:
             # Shutdown took its list of runs while this one was being started.

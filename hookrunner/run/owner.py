@@ -14,11 +14,14 @@ What a worker's connection carries (the worker's side is run/ownerclient.py):
   or `refused` {id, why} (a run message it cannot read). Then, when the run asked for it (`started`: a
   background run answered once it has started), `started` {id, pid} once its process has started (not
   for a request coalesced into another's run: that process is another request's); for `stream`, `out`
-  {id} + bytes, each chunk as it is read; `result` {id} + bytes, pieces of the whole output for `capture`
-  (and for a stream whose chunks went to another request's stream: the run it was coalesced into); and
+  {id} + bytes, each chunk as it is read, at most a window past the worker's `credit` and the rest held
+  (run/streamflow.py), or `behind` {id, bytes} once the stream's client is given up; `result` {id} +
+  bytes, pieces of the whole output for `capture` (and for a stream whose chunks went to another
+  request's stream: the run it was coalesced into); and
   last `exit` {id, error} + the output's last piece. `started`, `out` and `exit` may come before
   `admitted`: a run can start, and even end, before its admission's answer is sent. Every run gets its
   `exit`, whatever it asked for.
+- worker -> owner `credit` {id, bytes}: run `id`'s streamed answer has taken that much; no answer.
 - worker -> owner `count` {hook, outcome}: one request counted (ops/metrics.py, with -metrics), sent
   before the worker answers it; no answer. `metrics` {id}: the host's families (the run metrics and the
   requests). Answered, once every connection has been read until it would block (so every count sent
@@ -39,6 +42,7 @@ only what would have been sent to it is dropped.
 
 from __future__ import annotations
 
+import itertools
 import os
 import select
 import socket
@@ -53,6 +57,7 @@ from hookrunner.run import wire
 from hookrunner.run.executor import CommandResult, CommandRunner
 from hookrunner.run.runorder import RunOrder, run_order
 from hookrunner.run.spawn import Waits
+from hookrunner.run.streamflow import OwnerStream
 from hookrunner.run.wire import EVENT, Message, PeerGone, WireError
 from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.journal import JournalUnwritable
@@ -110,6 +115,8 @@ class _Connection:
         self.reading = True
         #: The hooks generation the worker said it serves (its hello, then each `reloaded`).
         self.generation = 0
+        #: The stream runs of this connection that take `credit`, by the worker's number.
+        self.streams: dict[int, OwnerStream] = {}
 
     def read_out(self) -> bool:
         """Whether everything sent on this connection so far has been read and handled: the reader waits
@@ -232,20 +239,25 @@ class _Connection:
 
 
 class _Asked:
-    """One run message, as the owner keeps it until its exit is sent: where to answer, and whether its own
-    stream has carried the output already."""
+    """One run message, as the owner keeps it until its exit is sent: where to answer, and, for a stream, its
+    flow (run/streamflow.py: what its worker has credited, and whether it carried the output already)."""
 
     def __init__(self, connection: _Connection, order: RunOrder) -> None:
         self.connection = connection
         self.number = order.number
-        self.request_id = order.spec.request_id
         self.wants_output = order.capture or order.stream
-        self.streamed = False
+        self.flow = OwnerStream(order.number, connection.send, order.behind) if order.stream else None
+        if self.flow is not None:
+            connection.streams[order.number] = self.flow
 
-    def stream(self, chunk: bytes) -> None:
-        self.streamed = True
-        for piece in wire.frames(chunk):
-            self.connection.send(Message("out", {"id": self.number}, piece))
+    def forget(self) -> None:
+        """No more credit is taken for this run (it ended, or was refused)."""
+        self.connection.streams.pop(self.number, None)
+
+    def started(self, pid: int | None) -> None:
+        """This run's process has started (`pid`), or the run ended without one (None: its exit tells)."""
+        if pid is not None:
+            self.connection.send(Message("started", {"id": self.number, "pid": pid}))
 
 
 class Owner:
@@ -269,9 +281,6 @@ class Owner:
         self._outbox_stall = outbox_stall
         self._lock = threading.Lock()
         self._connections: dict[int, _Connection] = {}
-        # Runs told `admitted` or about to be, not yet started, by request id: `started` goes to them.
-        self._starting: dict[str, list[_Asked]] = {}
-        runner.on_started = self._started
         #: The host's families in OpenMetrics text, for a worker's `metrics` (ops/metrics.py); None: none.
         self.exposition: Callable[[], bytes] | None = None
         #: Counts a worker's `count` (ops/metrics.py's count_request); None: no metrics, counts dropped.
@@ -422,6 +431,11 @@ class Owner:
             generation = message.get("generation")
             if isinstance(generation, int) and not isinstance(generation, bool):
                 connection.generation = generation
+        elif message.kind == "credit":
+            number, size = message.get("id"), message.get("bytes")
+            flow = connection.streams.get(number) if isinstance(number, int) else None
+            if flow is not None and isinstance(size, int) and not isinstance(size, bool):
+                flow.credit(size)
         elif message.kind == "count":
             if self.count is not None and not self.count(message.get("hook"), message.get("outcome")):
                 log.output(f"run owner: a count from worker {pid} refused: {message.fields!r:.200}")
@@ -458,63 +472,47 @@ class Owner:
         """Admit one run and answer how; its start, output and exit are told as they come."""
         asked = _Asked(connection, order)
         number = order.number
-        if order.tell_start:
-            with self._lock:
-                self._starting.setdefault(asked.request_id, []).append(asked)
+        # Its start is told to this run alone (a callback of its own: two runs may share a request id).
+        on_started = asked.started if order.tell_start else None
         try:
             future, how = self.runner.submit_prepared(
-                order.hook, order.spec, order.group, asked.stream if order.stream else None
+                order.hook, order.spec, order.group, asked.flow.push if asked.flow else None, on_started
             )
         except Busy as busy:
-            self._not_starting(asked)
+            asked.forget()
             connection.send(Message("busy", {"id": number, "retry_after": busy.retry_after}))
             return
         except JournalUnwritable as exc:
-            self._not_starting(asked)
+            asked.forget()
             journal = self.runner.journal
             fields = {"id": number, "retry_after": exc.retry_after, "why": str(exc)}
             connection.send(Message("unavailable", {**fields, "journal": journal and journal.path}))
             return
         except StateUnavailable as exc:
-            self._not_starting(asked)
+            asked.forget()
             fields = {"id": number, "retry_after": exc.retry_after, "why": str(exc)}
             connection.send(Message("unavailable", fields))
             return
         except Exception as exc:  # noqa: BLE001 - no thread for the run, say: that request's end, not the owner's
-            self._not_starting(asked)
+            asked.forget()
             log.output(f"run owner: run {number} of worker {connection.worker_pid} not admitted: {exc}")
             connection.send(Message("refused", {"id": number, "why": f"not admitted: {exc}"}))
             return
         connection.send(Message("admitted", {"id": number, "how": how}))
         future.add_done_callback(lambda done: self._exited(asked, done))
 
-    def _started(self, request_id: str, pid: int) -> None:
-        """The executor started the process of `request_id`'s run: tell the worker that asked for it."""
-        with self._lock:
-            waiting = self._starting.get(request_id)
-            if not waiting:
-                return
-            asked = waiting.pop(0)
-            if not waiting:
-                del self._starting[request_id]
-        asked.connection.send(Message("started", {"id": asked.number, "pid": pid}))
-
-    def _not_starting(self, asked: _Asked) -> None:
-        with self._lock:
-            waiting = self._starting.get(asked.request_id)
-            if waiting is not None and asked in waiting:
-                waiting.remove(asked)
-                if not waiting:
-                    del self._starting[asked.request_id]
-
     def _exited(self, asked: _Asked, future: Future[CommandResult]) -> None:
         """The run `asked` stands for has ended (its own, or the run it was coalesced into): its exit, with
         the output it has not had yet when it wants it."""
-        self._not_starting(asked)
+        asked.forget()
         exc = future.exception()
         result = CommandResult(b"", f"error: {type(exc).__name__}") if exc is not None else future.result()
-        output = result.output if asked.wants_output and not asked.streamed else b""
-        asked.connection.send_all(_framed("result", "exit", asked.number, output, {"error": result.error}))
+        flow = asked.flow
+        streamed = flow is not None and flow.streamed
+        output = result.output if asked.wants_output and not streamed else b""
+        ending = _framed("result", "exit", asked.number, output, {"error": result.error})
+        # A stream's output held for want of credit goes first, as the socket takes it (it is bounded).
+        asked.connection.send_all(itertools.chain(flow.rest(), ending) if flow is not None else ending)
 
 
 def _framed(

@@ -16,10 +16,12 @@ from hookrunner.hooks.model import Hook
 from hookrunner.hooks.request import Request
 from hookrunner.ops.log import log
 from hookrunner.run import wire
-from hookrunner.run.executor import START_WAIT, STARTS_AHEAD, CommandResult
+from hookrunner.run.executor import CommandResult
 from hookrunner.run.prepare import coalesce_group, prepare
 from hookrunner.run.runorder import run_messages
 from hookrunner.run.spawn import Listener, StartSignal, Waits
+from hookrunner.run.startwait import START_WAIT, STARTS_AHEAD
+from hookrunner.run.streamflow import StreamFlow
 from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.journal import JournalUnwritable
 from hookrunner.state.slots import Busy
@@ -190,8 +192,13 @@ class OwnerClient:
         sent.on_output = on_output
         with self._lock:
             self._sent[number] = sent
+        behind = 0
+        if isinstance(on_output, StreamFlow):  # its answer credits what it takes (run/streamflow.py)
+            on_output.on_taken = lambda size: self._credit(number, size)
+            behind = on_output.limit
+        stream = on_output is not None
         try:
-            self._send(run_messages(number, hook, spec, group, capture, on_output is not None, started_first))
+            self._send(run_messages(number, hook, spec, group, capture, stream, started_first, behind))
         except (OSError, wire.PeerGone, wire.WireError) as exc:
             self._forget(number)
             raise OwnerUnavailable(f"cannot send a run to the run owner: {exc}") from None
@@ -248,6 +255,13 @@ class OwnerClient:
             log.output(f"run owner client: a request not counted: {exc}", level="warn")
             return
         self._counts_dropping = False
+
+    def _credit(self, number: int, size: int) -> None:
+        """Run `number`'s answer has taken `size` bytes of its stream: the owner may send as much again."""
+        try:
+            self._send([wire.Message("credit", {"id": number, "bytes": size})])
+        except (OSError, wire.PeerGone, wire.WireError) as exc:  # the owner's end: the run fails with it
+            log.output(f"run owner client: a credit for run {number} not sent: {exc}", level="warn")
 
     def accepts_runs(self) -> bool:
         """Readiness: whether the owner would accept runs now (its journal, with -state-dir, can be written);
@@ -393,6 +407,9 @@ class OwnerClient:
                     sent.on_output(message.data)
                 except Exception as exc:  # noqa: BLE001 - that request's listener, not the reader's end
                     log.output(f"run owner client: run {number}'s output listener failed: {exc!r}")
+        elif kind == "behind":  # the owner gave this stream's client up: it fell its bound behind
+            if isinstance(sent.on_output, StreamFlow):
+                sent.on_output.fell_behind()
         elif kind == "exit":
             self._ahead.discard(number)
             sent.started.set()

@@ -22,8 +22,9 @@ _HEADER_ROOM = 4096
 class RunOrder:
     """A run as the owner receives it: what the executor starts (`hook`, a stand-in carrying the command,
     its folder, timeout, replay and limits; `spec`), the coalesce `group`, whether the worker answers
-    with the output (`capture`) or streams it (`stream`), and whether it waits to be told of the start
-    (`tell_start`: a background run answered once started)."""
+    with the output (`capture`) or streams it (`stream`, with how far its client may fall behind: `behind`,
+    0 for the owner's default), and whether it waits to be told of the start (`tell_start`: a background
+    run answered once started)."""
 
     number: int
     hook: Hook
@@ -32,6 +33,7 @@ class RunOrder:
     capture: bool
     stream: bool
     tell_start: bool = False
+    behind: int = 0
 
 
 def run_messages(
@@ -42,6 +44,7 @@ def run_messages(
     capture: bool,
     stream: bool,
     tell_start: bool = False,
+    behind: int = 0,
 ) -> Iterator[Message]:
     """The messages that carry run `number` to the owner: `part`s of the body, then `run`. The body is the
     spec's JSON (argv, variables, command, folder, coalesce group) followed by the files' contents, so no
@@ -72,6 +75,8 @@ def run_messages(
         "stream": stream,
         "started": tell_start,
     }
+    if behind:
+        fields["behind"] = behind
     room = MAX_PACKET - _HEADER_ROOM - len(json.dumps(fields, ensure_ascii=True))
     while len(body) > room:
         yield Message("part", {"id": number}, body[:FRAME])
@@ -131,6 +136,7 @@ def run_order(message: Message, parts: bytes = b"") -> RunOrder:
             capture=_typed(message["capture"], bool),
             stream=_typed(message["stream"], bool),
             tell_start=_typed(message.get("started", False), bool),
+            behind=_typed(message.get("behind", 0), int),
         )
     except WireError:
         raise

@@ -338,7 +338,7 @@ class HookApp:
         pipe = StreamPipe(self.runner.waits, self.config.stream_buffer) if hook.stream_output else None
         try:
             future = self.runner.submit(
-                hook, req, pipe is None and not hook.capture_output, None if pipe is None else pipe.push
+                hook, req, pipe is None and not hook.capture_output, pipe
             )
         except Busy as busy:
             log.request(rid, f"{hook.id} is busy: concurrency limit and queue full, answering 429",

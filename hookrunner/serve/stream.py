@@ -30,6 +30,7 @@ from hookrunner.ops.log import log
 from hookrunner.run.executor import CommandResult, CommandRunner
 from hookrunner.run.ownerclient import OwnerClient
 from hookrunner.run.spawn import StartSignal, Waits
+from hookrunner.run.streamflow import StreamFlow
 from hookrunner.serve.answers import TEXT_PLAIN, Answer, answer
 
 #: The most output held for one streamed answer's client by default (-stream-buffer); further behind, it is
@@ -44,14 +45,15 @@ MSG_STREAM_TIMEOUT = b"Hook execution timeout. Please check your logs for more d
 MSG_STREAM_CANCELLED = b"Hook execution cancelled. Please check your logs for more details."
 
 
-class StreamPipe:
-    """The output of one run on its way to one answer: `push` (the run's reader) never blocks; `take`
-    (the answer) waits for what has come. At most `limit` bytes are held: past it the pipe is overrun,
-    takes no more, and `on_overrun` is told (once)."""
+class StreamPipe(StreamFlow):
+    """The output of one run on its way to one answer: `push` (the run's reader, or the run owner's client)
+    never blocks; `take` (the answer) waits for what has come, and credits it (run/streamflow.py). At most
+    `limit` bytes are held: past it, or once the run owner says its client fell that far behind, the pipe
+    is overrun, takes no more, and `on_overrun` is told (once)."""
 
     def __init__(self, waits: Waits, limit: int = STREAM_BUFFER) -> None:
+        super().__init__(limit)
         self._waits = waits
-        self.limit = limit
         self._lock = threading.Lock()
         self._chunks: deque[bytes] = deque()
         self._size = 0
@@ -74,6 +76,20 @@ class StreamPipe:
                 self._chunks.append(chunk)
                 self._size += len(chunk)
                 told = None
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            waiter.set()
+        if told is not None:
+            told()
+
+    __call__ = push
+
+    def fell_behind(self) -> None:
+        with self._lock:
+            if self._dropped:
+                return
+            self.overrun = self._dropped = True
+            told = self.on_overrun
             waiter, self._waiter = self._waiter, None
         if waiter is not None:
             waiter.set()
@@ -105,11 +121,13 @@ class StreamPipe:
                     data = b"".join(self._chunks)
                     self._chunks.clear()
                     self._size = 0
-                    return data
+                    break
                 if self._ended or self._dropped:
                     return None
                 waiter = self._waiter = self._waits.event()
             waiter.wait(1.0)
+        self.taken(len(data))
+        return data
 
 
 def _shut(sock: Any) -> None:

@@ -19,7 +19,7 @@ import pytest
 from hookrunner.hooks.argument import Argument
 from hookrunner.hooks.model import Hook
 from hookrunner.hooks.request import Request
-from hookrunner.run import executor
+from hookrunner.run import executor, startwait
 from hookrunner.run.executor import CommandResult, CommandRunner
 from hookrunner.run.processes import identify
 from hookrunner.serve.greenruns import GreenWaits
@@ -201,7 +201,7 @@ def test_on_the_loop_a_push_is_answered_before_its_start_only_when_none_is_ahead
     it waits for its own start, so at most one answered run has not started (no backlog of them)."""
     runner = runner_for("greenlets")
     runner.start_wait = 30  # as long as a start takes on a loaded machine
-    assert executor.STARTS_AHEAD == 1
+    assert startwait.STARTS_AHEAD == 1
     hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.5"),))
     runner.start(hook, Request(id="r0", method="POST", remote_addr="127.0.0.1:1"))
     # Nothing was ahead: answered without waiting (the loop has not even run the start yet).

@@ -81,6 +81,25 @@ def test_an_overrun_pipe_takes_no_more_and_tells_once() -> None:
     )  # what it held, then the end: the run is not waited for
 
 
+def test_the_pipe_credits_what_its_answer_takes_and_is_cut_when_the_owner_gives_its_client_up() -> None:
+    """With the run owner (run/streamflow.py): each take is credited, and the owner's `behind` overruns the
+    pipe as its own bound does (told once; what it held is still taken, then the end)."""
+    credited: list[int] = []
+    told: list[str] = []
+    pipe = StreamPipe(Waits())
+    pipe.on_taken = credited.append
+    pipe.on_overrun = lambda: told.append("behind")
+    pipe(b"ab")  # the run owner's client tells it as a listener
+    pipe(b"cde")
+    assert pipe.take() == b"abcde" and credited == [5]
+    pipe(b"f")
+    pipe.fell_behind()
+    pipe.fell_behind()
+    pipe(b"g")
+    assert (pipe.overrun, told) == (True, ["behind"])
+    assert (pipe.take(), pipe.take(), credited) == (b"f", None, [5, 1])
+
+
 def test_a_dropped_pipe_keeps_nothing() -> None:
     pipe = StreamPipe(Waits())
     pipe.push(b"kept until dropped")
