@@ -42,9 +42,8 @@ START_WAIT = 0.05
 _TIMED_OUT = "command timed out after"
 
 #: Background runs answered before their start without waiting for it: one. A push is answered at once when
-#: no run answered before it is still starting, else waits for its own start (START_WAIT at most): answers
-#: still come no faster than starts, and one run, not a backlog, is answered and not started. A lone push
-#: skips its start's wait, under load most of its answer's time (docs/limits.md, "A flooded neighbour").
+#: no run answered before it is still starting, else waits for its own start (START_WAIT at most): one run,
+#: not a backlog, is answered and not started (docs/limits.md, "A flooded neighbour").
 STARTS_AHEAD = 1
 
 
@@ -154,9 +153,7 @@ class CommandRunner:
     def accepts_runs(self) -> bool:
         """Readiness: the journal, with one, can be written. A shared state's database is not asked: every
         replica's, its outage must not take them all out of a load balancer at once (docs/operations.md)."""
-        if isinstance(self.runs.state, EmbeddedState):
-            return accepts_runs(self._journal)
-        return True
+        return accepts_runs(self._journal) if isinstance(self.runs.state, EmbeddedState) else True
 
     @property
     def running(self) -> int:
@@ -182,15 +179,12 @@ class CommandRunner:
         self, hook: Hook, req: Request, started_first: bool = False, on_output: Listener | None = None
     ) -> Future[CommandResult]:
         """Admit a run under the hook's limits; raises Busy when it is at its limit with a full queue, and
-        JournalUnwritable when the journal cannot record it.
-
-        With a journal the run is written down (durably) before it is admitted, so before the request is
-        answered. With `started_first`, where runs are launched on the serving loop (the gevent worker), a
-        run admitted to start now has started its process (or failed to) when this returns, or has waited
-        `start_wait` for a core to start it on, unless it is the only one answered and not yet started
-        (STARTS_AHEAD): the loop does not answer faster than it starts commands, and leaves no backlog of
-        answered runs not yet started. `on_output` is told each chunk of this run's output as it is read
-        (a request coalesced into another's run is told nothing)."""
+        JournalUnwritable when the journal cannot record it (with one, the run is written down durably
+        before it is admitted, so before the answer). With `started_first`, where runs are launched on the
+        serving loop (the gevent worker), a run admitted to start now has started its process (or failed to)
+        when this returns, or has waited `start_wait` for a core, unless it is the only one answered and not
+        yet started (STARTS_AHEAD): the loop answers no faster than it starts commands, and leaves no backlog.
+        `on_output` is told each chunk of this run's output as it is read (a coalesced request's: nothing)."""
         if not (started_first and self.waits.launches):
             return self._submit(hook, req, on_output)[0]
         started = self.waits.event()
@@ -219,15 +213,19 @@ class CommandRunner:
         return self.submit_prepared(hook, prepare(hook, req), coalesce_group(hook, req), on_output)
 
     def submit_prepared(
-        self, hook: Hook, spec: RunSpec, group: str | None, on_output: Listener | None = None
+        self,
+        hook: Hook,
+        spec: RunSpec,
+        group: str | None,
+        on_output: Listener | None = None,
+        keep: bool = False,
     ) -> tuple[Future[CommandResult], str]:
-        """Admit a run prepared elsewhere (the run owner's, from a worker's `run` message: run/owner.py) of
-        coalesce group `group`, as submit() does; returns its future and how it was admitted."""
-        future, how, _ = self._admit(hook, spec, group, on_output)
-        return future, how
+        """Admit a run prepared elsewhere (the run owner's: run/owner.py) of coalesce group `group` as submit
+        does; its future and how. `keep`: its request waits for its output (kept if it runs elsewhere)."""
+        return self._admit(hook, spec, group, on_output, keep)[:2]
 
     def _admit(
-        self, hook: Hook, spec: RunSpec, group: str | None, on_output: Listener | None
+        self, hook: Hook, spec: RunSpec, group: str | None, on_output: Listener | None, keep: bool = False
     ) -> tuple[Future[CommandResult], str, bool]:
         """Admit through the run state (with a journal, the run is written down first); returns the future,
         how, and whether the run holds its claim now. Raises Busy, JournalUnwritable or StateUnavailable."""
@@ -242,7 +240,7 @@ class CommandRunner:
             return result, result.error or "exit status 0"
 
         try:
-            future, how, now = self.runs.admit(spec, hook.limits, group, work, accepted_at)
+            future, how, now = self.runs.admit(spec, hook.limits, group, work, accepted_at, keep)
         except Busy:
             _refused(ticket)
             raise
@@ -445,6 +443,8 @@ class CommandRunner:
         timeout = hook.command_timeout or self.command_timeout
         started = time.monotonic()
         output, error = self._spawn(path, argv, env, cwd or None, timeout, rid, held, on_output)
+        if held is not None:  # its finish keeps it for a request waiting on another replica
+            held.output = output
         metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
         if log.wants("command_output"):
             text = output.decode("utf-8", "replace")

@@ -462,8 +462,9 @@ class Owner:
             with self._lock:
                 self._starting.setdefault(asked.request_id, []).append(asked)
         try:
+            stream = asked.stream if order.stream else None
             future, how = self.runner.submit_prepared(
-                order.hook, order.spec, order.group, asked.stream if order.stream else None
+                order.hook, order.spec, order.group, stream, asked.wants_output
             )
         except Busy as busy:
             self._not_starting(asked)
