@@ -173,7 +173,9 @@ class PostgresState:
         """Insert the run and, under the hook's advisory lock (and the cap's), count the hook's places and the
         cap's over every replica: start it (running, attempt 1, this replica's lease), put it in the cap's
         line, fold it into the hook's newest queued run of the same key, or queue it; Busy rolls back.
-        `keep_output` marks the run that stands for the request (its own, or the one it is folded into)."""
+        `keep_output` marks the run that stands for the request (its own, or the one it is folded into),
+        but for a run started here at once: its one waiting request is this replica's, answered from the
+        run itself (a take-over of it comes only once this replica has lost it, and answered it killed)."""
         hook = run.hook_id
         keep = keep_output
         with self._transaction() as cur:
@@ -190,10 +192,8 @@ class PostgresState:
                 if self._cap and running + lined >= self._cap:
                     run_id, _ = self._insert(cur, run, limits, coalesce_key, accepted_at, "line", keep=keep)
                     return Admission(STARTED, run_id)
-                run_id, lease = self._insert(
-                    cur, run, limits, coalesce_key, accepted_at, "running", keep=keep
-                )
-                claim = Claim(run_id, run, 1, lease, accepted_at, admitted_by=self.replica, keep_output=keep)
+                run_id, lease = self._insert(cur, run, limits, coalesce_key, accepted_at, "running")
+                claim = Claim(run_id, run, 1, lease, accepted_at, admitted_by=self.replica)
                 return Admission(STARTED, run_id, claim)
             if limits.coalesce:
                 cur.execute(

@@ -18,7 +18,7 @@ import test_postgres
 
 from hookrunner.hooks.model import Limits
 from hookrunner.state import pgoutput
-from hookrunner.state.model import Outcome
+from hookrunner.state.model import Admission, Claim, Outcome
 from hookrunner.state.postgres import _SCHEMA, SCHEMA_VERSION, PostgresState
 from hookrunner.state.slots import COALESCED, QUEUED, STARTED
 
@@ -32,6 +32,7 @@ assert "output" not in SCHEMA_BEFORE
 
 replicas = test_postgres.replicas  # the fixture: PostgresState instances on the test's database
 spec = test_postgres.spec
+OK = test_postgres.OK
 
 #: A queued run as a replica of that schema admits it (the columns it knows).
 OLD_ADMIT = (
@@ -44,23 +45,33 @@ ONE = Limits(max_concurrency=1, max_queue=5)
 ONE_COALESCING = Limits(max_concurrency=1, max_queue=5, coalesce=True)
 
 
+def waited_elsewhere(here: PostgresState, there: PostgresState, n: int) -> tuple[Admission, Claim]:
+    """A capture admitted `here` behind a run holding the hook's place, then claimed `there`."""
+    holding = there.admit(spec("h", 1000 + n), ONE, None, 0.0).claim
+    waiting = here.admit(spec("h", n), ONE, None, float(n), keep_output=True)
+    assert holding is not None and waiting.how == QUEUED and there.finish(holding, OK)
+    (claim,) = there.claims(5)
+    assert (claim.run_id, claim.keep_output) == (waiting.run_id, True)
+    return waiting, claim
+
+
 def test_a_capture_waiting_on_one_replica_reads_the_output_of_its_run_on_another(
     replicas: Callable[..., PostgresState],
 ) -> None:
     a, b = replicas("a"), replicas("b")
     holding = a.admit(spec("h", 0), ONE, None, 0.0, keep_output=True).claim
-    assert holding is not None and holding.keep_output  # a's own capture: its row keeps it too
+    assert holding is not None
     waiting = b.admit(spec("h", 1), ONE, None, 1.0, keep_output=True)
     assert waiting.how == QUEUED
-    assert a.finish(holding, Outcome("exit status 0", b"a's own\n"))
+    assert a.finish(holding, Outcome("exit status 0", b"a's own\n"))  # answered on a, from the run
     (claim,) = a.claims(5)  # a runs the run b admitted
     assert (claim.run_id, claim.keep_output) == (waiting.run_id, True)
     assert b.outcomes([waiting.run_id]) == {}  # running: not over
     assert a.finish(claim, Outcome("exit status 2", OUTPUT))
     assert b.outcomes([waiting.run_id]) == {waiting.run_id: Outcome("exit status 2", OUTPUT)}
     # Empty output is output: a command that printed nothing gives b"" (not None, "nothing kept").
-    third = b.admit(spec("h", 2), ONE, None, 2.0, keep_output=True).claim
-    assert third is not None and b.finish(third, Outcome("exit status 0", b""))
+    third, claim = waited_elsewhere(a, b, 2)
+    assert b.finish(claim, Outcome("exit status 0", b""))
     assert a.outcomes([third.run_id]) == {third.run_id: Outcome("exit status 0", b"")}
 
 
@@ -88,8 +99,11 @@ def test_coalescing_keeps_the_output_when_any_folded_request_waits_for_it(
 def test_a_stale_attempt_writes_no_output(replicas: Callable[..., PostgresState], pg_database: str) -> None:
     a = replicas("a", lease=0.5, grace=0.2)
     b = replicas("b", lease=0.5, grace=0.2)
-    old = a.admit(spec("h", 1), ONE, None, 0.0, keep_output=True).claim
-    assert old is not None
+    holding = b.admit(spec("h", 0), ONE, None, 0.0).claim
+    waiting = b.admit(spec("h", 1), ONE, None, 0.0, keep_output=True)
+    assert holding is not None and waiting.how == QUEUED and b.finish(holding, OK)
+    (old,) = a.claims(5)
+    assert (old.run_id, old.keep_output) == (waiting.run_id, True)
     time.sleep(0.8)
     (taken,) = b.claims(5)
     assert (taken.run_id, taken.attempt, taken.keep_output) == (old.run_id, 2, True)
@@ -107,9 +121,9 @@ def test_past_the_bound_the_first_bytes_are_kept_with_one_line(
     replicas: Callable[..., PostgresState], monkeypatch: pytest.MonkeyPatch, log_lines: io.StringIO
 ) -> None:
     monkeypatch.setattr(pgoutput, "OUTPUT_KEPT", 1000)
-    a = replicas("a")
-    claim = a.admit(spec("h", 1), ONE, None, 0.0, keep_output=True).claim
-    assert claim is not None and a.finish(claim, Outcome("exit status 0", OUTPUT))
+    a, b = replicas("a"), replicas("b")
+    _, claim = waited_elsewhere(a, b, 1)
+    assert b.finish(claim, Outcome("exit status 0", OUTPUT))
     assert a.outcomes([claim.run_id]) == {claim.run_id: Outcome("exit status 0", OUTPUT[:1000])}
     lines = [line for line in log_lines.getvalue().splitlines() if "of output" in line]
     assert len(lines) == 1 and f"{len(OUTPUT)} bytes of output; the first 1000 are kept" in lines[0], lines
@@ -161,13 +175,18 @@ def test_an_up_to_date_database_is_not_altered_again(
         reader.execute("ROLLBACK")
 
 
-def test_a_run_started_at_admission_keeps_its_own_capture_output(
+def test_a_run_started_at_admission_keeps_no_output(
     replicas: Callable[..., PostgresState],
 ) -> None:
-    # Taken over after its replica died, a capture's run may still be awaited by a coalesced request
-    # elsewhere; its claim keeps the wish its admission recorded.
-    a = replicas("a")
+    # Its one waiting request is on the replica that runs it (nothing is folded into a running run), which
+    # answers from the run's own result: no round trip, no bytes sent. In the cap's line, another replica
+    # may claim it: kept.
+    a = replicas("a", max_running=1)
     admission = a.admit(spec("h", 1), Limits(), None, 0.0, keep_output=True)
-    assert admission.how == STARTED and admission.claim is not None and admission.claim.keep_output
-    background = a.admit(spec("h", 2), Limits(), None, 0.0).claim
-    assert background is not None and not background.keep_output
+    assert admission.how == STARTED and admission.claim is not None and not admission.claim.keep_output
+    lined = a.admit(spec("h", 2), Limits(), None, 0.0, keep_output=True)
+    assert lined.how == STARTED and lined.claim is None
+    assert a.finish(admission.claim, Outcome("exit status 0", b"not kept"))
+    (claim,) = replicas("b", max_running=1).claims(5)
+    assert (claim.run_id, claim.keep_output) == (lined.run_id, True)
+    assert a.outcomes([admission.run_id]) == {admission.run_id: Outcome("exit status 0")}
