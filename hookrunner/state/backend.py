@@ -67,7 +67,8 @@ class RunState(Protocol):
         full queue (nothing is kept), StateUnavailable when it cannot record. `keep_output`: the request
         waits for the run's output (a capture, a stream); the run that stands for it (its own, or the one
         it is coalesced into) then keeps the output its finish is given, for `outcomes` (its claims say
-        so: Claim.keep_output). A backend whose runs only this process runs keeps nothing."""
+        so: Claim.keep_output), but for a run started at its admission, whose one waiting request is here.
+        A backend whose runs only this process runs keeps nothing."""
         ...
 
     def claims(self, limit: int) -> list[Claim]:

@@ -109,8 +109,9 @@ class Claim:
     #: The replica that admitted the request whose spec the run holds (a shared state's; "" on one host):
     #: with accepted_at and the request id, which history record the run is.
     admitted_by: str = ""
-    #: Whether a request waits for the run's output (admitted with, or coalesced into by, a capture or a
-    #: stream): a shared state keeps the output its finish is given, for a replica where that request waits.
+    #: Whether a request may wait for the run's output elsewhere (admitted with, or coalesced into by, a
+    #: capture or a stream, and not started at its own admission): a shared state keeps the output its
+    #: finish is given, for the replica where that request waits.
     keep_output: bool = False
 
 
