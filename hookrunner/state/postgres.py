@@ -177,7 +177,6 @@ class PostgresState:
         but for a run started here at once: its one waiting request is this replica's, answered from the
         run itself (a take-over of it comes only once this replica has lost it, and answered it killed)."""
         hook = run.hook_id
-        keep = keep_output
         with self._transaction() as cur:
             self._lock_places(cur, [hook])
             cur.execute(
@@ -190,7 +189,9 @@ class PostgresState:
             holding, queued, running, lined = _row(cur)
             if not (limits.max_concurrency > 0 and holding >= limits.max_concurrency):
                 if self._cap and running + lined >= self._cap:
-                    run_id, _ = self._insert(cur, run, limits, coalesce_key, accepted_at, "line", keep=keep)
+                    run_id, _ = self._insert(
+                        cur, run, limits, coalesce_key, accepted_at, "line", keep=keep_output
+                    )
                     return Admission(STARTED, run_id)
                 run_id, lease = self._insert(cur, run, limits, coalesce_key, accepted_at, "running")
                 claim = Claim(run_id, run, 1, lease, accepted_at, admitted_by=self.replica)
@@ -213,7 +214,7 @@ class PostgresState:
                     cur.execute(
                         "UPDATE hookrunner_runs SET request_id = %s, spec = %s, accepted_at = %s,"
                         " admitted_by = %s, keep_output = keep_output OR %s WHERE id = %s",
-                        (run.request_id, run.to_json(), accepted_at, self.replica, keep, into),
+                        (run.request_id, run.to_json(), accepted_at, self.replica, keep_output, into),
                     )
                     self._insert(
                         cur, displaced, limits, coalesce_key, target[3], "coalesced", into, target[4]
@@ -221,7 +222,7 @@ class PostgresState:
                     return Admission(COALESCED, into)
             if queued >= max(limits.max_queue, 1 if limits.coalesce else 0):
                 raise Busy(hook, limits.retry_after)
-            run_id, _ = self._insert(cur, run, limits, coalesce_key, accepted_at, "queued", keep=keep)
+            run_id, _ = self._insert(cur, run, limits, coalesce_key, accepted_at, "queued", keep=keep_output)
             return Admission(QUEUED, run_id)
 
     def _insert(
