@@ -46,6 +46,8 @@ class Held:
     #: When the lease runs out by this process's clock (monotonic); renewed by the lease keeper.
     deadline: float = FOREVER
     lost: bool = False
+    #: The run's combined output once it has ended (None: no command ran), for a finish that keeps it.
+    output: bytes | None = None
 
     def started(self, leader: ProcessId, handle: object) -> None:
         """The attempt's leader has started: recorded on the claim (a later attempt ends it first)."""
@@ -90,8 +92,9 @@ class ClaimedRuns:
         self.foreign: Callable[[Claim, Held], str] = lambda claim, held: "not run: no runner"
         #: Kills a lost claim's processes at once.
         self.lose: Callable[[Held], None] = lambda held: None
-        #: The result a run waiting here gets when another replica ran it, from the status it finished with.
-        self.ended_elsewhere: Callable[[str], object] = lambda status: status
+        #: The result a run waiting here gets when another replica ran it, from the outcome it finished with
+        #: (its output too, when the state kept it for the request waiting here).
+        self.ended_elsewhere: Callable[[Outcome], object] = lambda outcome: outcome.status
         self._lock = threading.Lock()
         self._waiting: dict[int, _Waiting] = {}
         self._held: dict[int, Held] = {}
@@ -103,16 +106,23 @@ class ClaimedRuns:
     # --- admitting ---
 
     def admit(
-        self, spec: RunSpec, limits: Limits, group: str | None, work: Work, accepted_at: float | None = None
+        self,
+        spec: RunSpec,
+        limits: Limits,
+        group: str | None,
+        work: Work,
+        accepted_at: float | None = None,
+        keep_output: bool = False,
     ) -> tuple[Future[object], str, bool]:
         """Admit `spec` through the state; returns the future of the run that stands for it, how it was
         admitted (started, queued or coalesced) and whether it holds a claim now (False in the cap's line).
-        Raises Busy or StateUnavailable as the state does (nothing is kept)."""
+        Raises Busy or StateUnavailable as the state does (nothing is kept). `keep_output`: the request
+        waits for the run's output, which a shared state then keeps for it when another replica runs it."""
         with self._lock:
             self._admitting += 1
         try:
             admission = self.state.admit(
-                spec, limits, group, time.time() if accepted_at is None else accepted_at
+                spec, limits, group, time.time() if accepted_at is None else accepted_at, keep_output
             )
         except BaseException:
             self._admitted_one(None)
@@ -190,32 +200,32 @@ class ClaimedRuns:
                 self._waiting.pop(claim.run_id, None)
                 closing = self._closing
             # Shutdown gave up on it (closing): left unfinished, for the next start (or another replica).
-            recorded = closing or held.lost or self._finish(claim, status)
+            recorded = closing or held.lost or self._finish(claim, Outcome(status, held.output))
             if waiting is not None:
                 if error is not None:
                     waiting.future.set_exception(error)
                 else:
                     waiting.future.set_result(result)
             if not recorded:
-                self._finish_later(held, status)
+                self._finish_later(held, Outcome(status, held.output))
             with self._lock:
                 self._idle.notify_all()
             self.claim_now()
 
-    def _finish(self, claim: Claim, status: str) -> bool:
+    def _finish(self, claim: Claim, outcome: Outcome) -> bool:
         """Finish the claim; False when the state cannot be reached now."""
         try:
-            self.state.finish(claim, Outcome(status))
+            self.state.finish(claim, outcome)
         except StateUnavailable:
             return False
         return True
 
-    def _finish_later(self, held: Held, status: str) -> None:
+    def _finish_later(self, held: Held, outcome: Outcome) -> None:
         """Try the finish again every second while the claim's lease lasts; past it, the run is another
         replica's to run again (at least once, never two at a time)."""
         while time.monotonic() < held.deadline:
             self.waits.sleep(min(1.0, max(held.deadline - time.monotonic(), 0.0)))
-            if self._finish(held.claim, status):
+            if self._finish(held.claim, outcome):
                 return
         log.output(
             f"run {held.claim.run_id}: its end could not be recorded before its lease ran out; "
@@ -261,7 +271,8 @@ class ClaimedRuns:
         return None
 
     def _ended_elsewhere(self) -> None:
-        """End the runs waiting here that another replica claimed and finished, with their outcome."""
+        """End the runs waiting here that another replica claimed and finished, with their outcome (and the
+        output the state kept for them)."""
         with self._lock:
             waiting = [run_id for run_id in self._waiting if run_id not in self._held]
         if not waiting:
@@ -270,14 +281,14 @@ class ClaimedRuns:
             ended = self.state.outcomes(waiting)
         except StateUnavailable:
             return
-        for run_id, status in ended.items():
+        for run_id, outcome in ended.items():
             with self._lock:
                 if run_id in self._held:
                     continue
                 found = self._waiting.pop(run_id, None)
                 self._idle.notify_all()
             if found is not None:
-                found.future.set_result(self.ended_elsewhere(status))
+                found.future.set_result(self.ended_elsewhere(outcome))
 
     def keep_leases(self, lease: float) -> None:
         """Renew every held claim's lease every lease/3, for ever; a claim the state says is lost, or whose

@@ -138,9 +138,7 @@ class CommandRunner:
     def accepts_runs(self) -> bool:
         """Readiness: the journal, with one, can be written. A shared state's database is not asked: every
         replica's, its outage must not take them all out of a load balancer at once (docs/operations.md)."""
-        if isinstance(self.runs.state, EmbeddedState):
-            return accepts_runs(self._journal)
-        return True
+        return accepts_runs(self._journal) if isinstance(self.runs.state, EmbeddedState) else True
 
     @property
     def running(self) -> int:
@@ -166,15 +164,12 @@ class CommandRunner:
         self, hook: Hook, req: Request, started_first: bool = False, on_output: Listener | None = None
     ) -> Future[CommandResult]:
         """Admit a run under the hook's limits; raises Busy when it is at its limit with a full queue, and
-        JournalUnwritable when the journal cannot record it.
-
-        With a journal the run is written down (durably) before it is admitted, so before the request is
-        answered. With `started_first`, where runs are launched on the serving loop (the gevent worker), a
-        run admitted to start now has started its process (or failed to) when this returns, or has waited
-        `start_wait` for a core to start it on, unless it is the only one answered and not yet started
-        (STARTS_AHEAD): the loop does not answer faster than it starts commands, and leaves no backlog of
-        answered runs not yet started. `on_output` is told each chunk of this run's output as it is read
-        (a request coalesced into another's run is told nothing)."""
+        JournalUnwritable when the journal cannot record it (with one, the run is written down durably
+        before it is admitted, so before the answer). With `started_first`, where runs are launched on the
+        serving loop (the gevent worker), a run admitted to start now has started its process (or failed to)
+        when this returns, or has waited `start_wait` for a core, unless it is the only one answered and not
+        yet started (STARTS_AHEAD): the loop answers no faster than it starts commands, and leaves no backlog.
+        `on_output` is told each chunk of this run's output as it is read (a coalesced request's: nothing)."""
         if not (started_first and self.waits.launches):
             return self._submit(hook, req, on_output)[0]
 
@@ -204,12 +199,13 @@ class CommandRunner:
         group: str | None,
         on_output: Listener | None = None,
         on_started: OnStarted | None = None,
+        keep: bool = False,
     ) -> tuple[Future[CommandResult], str]:
         """Admit a run prepared elsewhere (the run owner's, from a worker's `run` message: run/owner.py) of
         coalesce group `group`, as submit() does; returns its future and how it was admitted. `on_started`
-        is told this run's start (its pid), or its end without one (None): not a coalesced request's."""
-        future, how, _ = self._admit(hook, spec, group, on_output, on_started)
-        return future, how
+        is told this run's start (its pid), or its end without one (None): not a coalesced request's.
+        `keep`: its request waits for its output (kept if it runs elsewhere)."""
+        return self._admit(hook, spec, group, on_output, on_started, keep)[:2]
 
     def _admit(
         self,
@@ -218,6 +214,7 @@ class CommandRunner:
         group: str | None,
         on_output: Listener | None,
         on_started: OnStarted | None = None,
+        keep: bool = False,
     ) -> tuple[Future[CommandResult], str, bool]:
         """Admit through the run state (with a journal, the run is written down first); returns the future,
         how, and whether the run holds its claim now. Raises Busy, JournalUnwritable or StateUnavailable."""
@@ -233,7 +230,7 @@ class CommandRunner:
             return result, result.error or "exit status 0"
 
         try:
-            future, how, now = self.runs.admit(spec, hook.limits, group, work, accepted_at)
+            future, how, now = self.runs.admit(spec, hook.limits, group, work, accepted_at, keep)
         except Busy:
             _refused(ticket)
             raise
@@ -438,6 +435,8 @@ class CommandRunner:
         timeout = hook.command_timeout or self.command_timeout
         started = time.monotonic()
         output, error = self._spawn(path, argv, env, cwd or None, timeout, rid, held, on_output, on_started)
+        if held is not None:  # its finish keeps it for a request waiting on another replica
+            held.output = output
         metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
         if log.wants("command_output"):
             text = output.decode("utf-8", "replace")

@@ -476,7 +476,12 @@ class Owner:
         on_started = asked.started if order.tell_start else None
         try:
             future, how = self.runner.submit_prepared(
-                order.hook, order.spec, order.group, asked.flow.push if asked.flow else None, on_started
+                order.hook,
+                order.spec,
+                order.group,
+                asked.flow.push if asked.flow else None,
+                on_started,
+                keep=asked.wants_output,
             )
         except Busy as busy:
             asked.forget()

@@ -159,8 +159,9 @@ def _start_shared_state(runner: CommandRunner) -> None:
     state = open_state(config, replica_name(config), url=config.state_url)
     runner.use_state(state)
     runner.poll_processes_here()  # a greenlet of this loop (processes.py's ProcessTracker.poll_here)
-    runner.runs.ended_elsewhere = lambda status: CommandResult(
-        b"", None if status == "exit status 0" else status
+    # A run another replica ran: its outcome, with the output it kept for the request waiting here.
+    runner.runs.ended_elsewhere = lambda outcome: CommandResult(
+        outcome.output or b"", None if outcome.status == "exit status 0" else outcome.status
     )
     events: deque[Event] = deque(maxlen=EVENTS_HELD)
     arrived = gevent.event.Event()

@@ -52,12 +52,23 @@ class RunState(Protocol):
     #: Who claims: the host's boot id (embedded) or the replica's name (PostgreSQL).
     replica: str
 
-    def admit(self, run: RunSpec, limits: Limits, coalesce_key: str | None, accepted_at: float) -> Admission:
+    def admit(
+        self,
+        run: RunSpec,
+        limits: Limits,
+        coalesce_key: str | None,
+        accepted_at: float,
+        keep_output: bool = False,
+    ) -> Admission:
         """Record `run` (durably, when the backend journals) and, in the same transaction, count the hook's
         and the global running runs over every replica: start it (an Admission with a Claim, attempt 1),
         queue it, or coalesce it into the hook's newest queued run of the same `coalesce_key` (whose finish
         then also finishes this one's record). Raises state.slots.Busy when the hook is at its limit with a
-        full queue (nothing is kept), StateUnavailable when it cannot record."""
+        full queue (nothing is kept), StateUnavailable when it cannot record. `keep_output`: the request
+        waits for the run's output (a capture, a stream); the run that stands for it (its own, or the one
+        it is coalesced into) then keeps the output its finish is given, for `outcomes` (its claims say
+        so: Claim.keep_output), but for a run started at its admission, whose one waiting request is here.
+        A backend whose runs only this process runs keeps nothing."""
         ...
 
     def claims(self, limit: int) -> list[Claim]:
@@ -88,7 +99,8 @@ class RunState(Protocol):
     def finish(self, claim: Claim, outcome: Outcome) -> bool:
         """Free the run's places, keep its outcome (and that of every request coalesced into it), only if
         `claim.attempt` is the run's current attempt. False, and nothing written, for a late write from an
-        old attempt."""
+        old attempt. A run that keeps its output (`claim.keep_output`, with a shared state) keeps
+        `outcome.output` with it, whole up to the backend's bound, written no later than the outcome."""
         ...
 
     def refuse(self, claim: Claim, outcome: Outcome) -> bool:
@@ -98,9 +110,10 @@ class RunState(Protocol):
         otherwise."""
         ...
 
-    def outcomes(self, run_ids: Sequence[int]) -> dict[int, str]:
-        """The outcomes (finish's statuses) of those of `run_ids` that are over, whoever ran them: a process
-        whose request waits for a run another replica claimed learns its end here. Embedded: none ({})."""
+    def outcomes(self, run_ids: Sequence[int]) -> dict[int, Outcome]:
+        """The outcomes of those of `run_ids` that are over, whoever ran them: a process whose request waits
+        for a run another replica claimed learns its end here, with its output when the run kept it (the
+        bytes its finish was given), else `output` None. Embedded: none ({})."""
         ...
 
     def wake(self) -> Waiter:

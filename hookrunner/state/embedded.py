@@ -164,7 +164,14 @@ class EmbeddedState:
 
     # --- admitting ---
 
-    def admit(self, run: RunSpec, limits: Limits, coalesce_key: str | None, accepted_at: float) -> Admission:
+    def admit(
+        self,
+        run: RunSpec,
+        limits: Limits,
+        coalesce_key: str | None,
+        accepted_at: float,
+        keep_output: bool = False,
+    ) -> Admission:
         run_id = self._record(run)
         entry = _Run(run_id, run, accepted_at)
         try:
@@ -297,8 +304,9 @@ class EmbeddedState:
             self._wake.set()
         return [entry.run_id, *entry.folded]
 
-    def outcomes(self, run_ids: Sequence[int]) -> dict[int, str]:
-        """As RunState.outcomes: no other process runs this state's runs, so none ends elsewhere."""
+    def outcomes(self, run_ids: Sequence[int]) -> dict[int, Outcome]:
+        """As RunState.outcomes: no other process runs this state's runs, so none ends elsewhere (and no
+        output is kept: `keep_output` is ignored, the waiting request has its run's own result)."""
         return {}
 
     # --- what the owner reads ---

@@ -109,6 +109,10 @@ class Claim:
     #: The replica that admitted the request whose spec the run holds (a shared state's; "" on one host):
     #: with accepted_at and the request id, which history record the run is.
     admitted_by: str = ""
+    #: Whether a request may wait for the run's output elsewhere (admitted with, or coalesced into by, a
+    #: capture or a stream, and not started at its own admission): a shared state keeps the output its
+    #: finish is given, for the replica where that request waits.
+    keep_output: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,9 +129,11 @@ class Admission:
 @dataclass(frozen=True)
 class Outcome:
     """How a run ended, as the journal writes it: `exit status 0`, Go's error text, or a `not run: ...` /
-    `not replayed: ...` reason."""
+    `not replayed: ...` reason; `output`, the command's combined output when it is known (given to finish,
+    and read back by `outcomes` where the backend keeps it for a waiting request), else None."""
 
     status: str
+    output: bytes | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from hookrunner.hooks.model import Limits
+from hookrunner.state import pgoutput
 from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.model import Admission, Claim, Counts, Event, Outcome, ProcessId, RunSpec
 from hookrunner.state.pgconn import Connections
@@ -161,10 +162,20 @@ class PostgresState:
 
     # --- admitting ---
 
-    def admit(self, run: RunSpec, limits: Limits, coalesce_key: str | None, accepted_at: float) -> Admission:
+    def admit(
+        self,
+        run: RunSpec,
+        limits: Limits,
+        coalesce_key: str | None,
+        accepted_at: float,
+        keep_output: bool = False,
+    ) -> Admission:
         """Insert the run and, under the hook's advisory lock (and the cap's), count the hook's places and the
         cap's over every replica: start it (running, attempt 1, this replica's lease), put it in the cap's
-        line, fold it into the hook's newest queued run of the same key, or queue it; Busy rolls back."""
+        line, fold it into the hook's newest queued run of the same key, or queue it; Busy rolls back.
+        `keep_output` marks the run that stands for the request (its own, or the one it is folded into),
+        but for a run started here at once: its one waiting request is this replica's, answered from the
+        run itself (a take-over of it comes only once this replica has lost it, and answered it killed)."""
         hook = run.hook_id
         with self._transaction() as cur:
             self._lock_places(cur, [hook])
@@ -178,7 +189,9 @@ class PostgresState:
             holding, queued, running, lined = _row(cur)
             if not (limits.max_concurrency > 0 and holding >= limits.max_concurrency):
                 if self._cap and running + lined >= self._cap:
-                    run_id, _ = self._insert(cur, run, limits, coalesce_key, accepted_at, "line")
+                    run_id, _ = self._insert(
+                        cur, run, limits, coalesce_key, accepted_at, "line", keep=keep_output
+                    )
                     return Admission(STARTED, run_id)
                 run_id, lease = self._insert(cur, run, limits, coalesce_key, accepted_at, "running")
                 claim = Claim(run_id, run, 1, lease, accepted_at, admitted_by=self.replica)
@@ -200,8 +213,8 @@ class PostgresState:
                     # request's, on the replica that admitted it (pghistory.py).
                     cur.execute(
                         "UPDATE hookrunner_runs SET request_id = %s, spec = %s, accepted_at = %s,"
-                        " admitted_by = %s WHERE id = %s",
-                        (run.request_id, run.to_json(), accepted_at, self.replica, into),
+                        " admitted_by = %s, keep_output = keep_output OR %s WHERE id = %s",
+                        (run.request_id, run.to_json(), accepted_at, self.replica, keep_output, into),
                     )
                     self._insert(
                         cur, displaced, limits, coalesce_key, target[3], "coalesced", into, target[4]
@@ -209,7 +222,7 @@ class PostgresState:
                     return Admission(COALESCED, into)
             if queued >= max(limits.max_queue, 1 if limits.coalesce else 0):
                 raise Busy(hook, limits.retry_after)
-            run_id, _ = self._insert(cur, run, limits, coalesce_key, accepted_at, "queued")
+            run_id, _ = self._insert(cur, run, limits, coalesce_key, accepted_at, "queued", keep=keep_output)
             return Admission(QUEUED, run_id)
 
     def _insert(
@@ -222,19 +235,22 @@ class PostgresState:
         state: str,
         into: int | None = None,
         admitted_by: str | None = None,
+        keep: bool = False,
     ) -> tuple[int, float]:
         """The run's row in `state` (a running one held by this replica, attempt 1); its id and lease;
-        `admitted_by`: the replica that admitted it, when not this one (a displaced coalesced request)."""
+        `admitted_by`: the replica that admitted it, when not this one (a displaced coalesced request);
+        `keep`: a request waits for its output (state/pgoutput.py)."""
         cur.execute(
             "INSERT INTO hookrunner_runs (hook_id, request_id, spec, state, coalesce_key, coalesced_into,"
-            " max_concurrency, line_seq, attempt, holder, instance, lease_until, accepted_at, admitted_by)"
+            " max_concurrency, line_seq, attempt, holder, instance, lease_until, accepted_at, admitted_by,"
+            " keep_output)"
             " VALUES (%(hook)s, %(request)s, %(spec)s, %(state)s, %(key)s, %(into)s, %(max)s,"
             " CASE WHEN %(state)s = 'line' THEN nextval('hookrunner_line_seq') END,"
             " CASE WHEN %(state)s = 'running' THEN 1 ELSE 0 END,"
             " CASE WHEN %(state)s = 'running' THEN %(me)s END,"
             " CASE WHEN %(state)s = 'running' THEN %(instance)s END,"
             f" CASE WHEN %(state)s = 'running' THEN {_NOW} + %(lease)s END,"
-            " %(accepted)s, %(admitted_by)s)"
+            " %(accepted)s, %(admitted_by)s, %(keep)s)"
             " RETURNING id, lease_until, pg_notify(%(channel)s, %(instance)s)::text",
             {
                 "hook": run.hook_id,
@@ -249,6 +265,7 @@ class PostgresState:
                 "lease": self.lease,
                 "accepted": accepted_at,
                 "admitted_by": admitted_by or self.replica,
+                "keep": keep,
                 "channel": CHANNEL,
             },
         )
@@ -307,11 +324,13 @@ class PostgresState:
             "UPDATE hookrunner_runs SET state = 'running', attempt = attempt + 1, holder = %s,"
             f" instance = %s, lease_until = {_NOW} + %s WHERE id = ANY(%s) AND {where}"
             " RETURNING id, hook_id, request_id, spec, attempt, lease_until, accepted_at, processes,"
-            " admitted_by",
+            " admitted_by, keep_output",
             (self.replica, self._instance, self.lease, ids),
         )
         claims = []
-        for run_id, hook, request, spec, attempt, lease, accepted, processes, by in sorted(cur.fetchall()):
+        for run_id, hook, request, spec, attempt, lease, accepted, processes, by, keep in sorted(
+            cur.fetchall()
+        ):
             # Only what ran in this pid space can be ended from here: the lost holder ends the rest itself
             # (a replica that cannot renew its lease kills its commands) or died with its node.
             previous = tuple(
@@ -329,6 +348,7 @@ class PostgresState:
                     previous,
                     replayed=attempt > 1,
                     admitted_by=by,
+                    keep_output=keep,
                 )
             )
         return claims
@@ -387,7 +407,12 @@ class PostgresState:
 
     def finish(self, claim: Claim, outcome: Outcome) -> bool:
         """Under the hook's lock (and the cap's): the run is over, with every request coalesced into it, only
-        if `claim.attempt` is still its attempt; the hook's next queued run takes the freed place; NOTIFY."""
+        if `claim.attempt` is still its attempt; the hook's next queued run takes the freed place; NOTIFY.
+        A run a request waits for has its output stored first, in a transaction of its own that takes no
+        advisory lock (no hook waits on its transfer), on the same attempt check (state/pgoutput.py)."""
+        if claim.keep_output and outcome.output is not None:
+            with self._transaction() as cur:
+                pgoutput.keep(cur, claim, outcome)
         with self._transaction() as cur:
             self._lock_places(cur, [claim.spec.hook_id])
             cur.execute(
@@ -415,17 +440,14 @@ class PostgresState:
         self._promote(cur, hook)
         self._notify(cur)
 
-    def outcomes(self, run_ids: Sequence[int]) -> dict[int, str]:
+    def outcomes(self, run_ids: Sequence[int]) -> dict[int, Outcome]:
         """The outcomes of those of `run_ids` that are over, by id, whichever replica ran them (a replica
-        whose request waits for a run another replica claimed learns its end here). One read."""
+        whose request waits for a run another replica claimed learns its end here), each with the output
+        the run kept (state/pgoutput.py). One read."""
         if not run_ids:
             return {}
         with self._transaction() as cur:
-            cur.execute(
-                "SELECT id, outcome FROM hookrunner_runs WHERE id = ANY(%s) AND state = 'done'",
-                (list(run_ids),),
-            )
-            return {int(run_id): str(outcome) for run_id, outcome in cur.fetchall()}
+            return pgoutput.outcomes(cur, run_ids)
 
     # --- waiting, counting, readiness, history ---
 
@@ -501,6 +523,7 @@ def create_schema(conn: psycopg.Connection[Any]) -> None:
     with conn.transaction(), conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s, 1)", (_CAP_LOCK,))
         cur.execute(_SCHEMA)
+        pgoutput.add_columns(cur)
         cur.execute("SELECT max(version) FROM hookrunner_schema")
         row = cur.fetchone()
         version = row[0] if row else None

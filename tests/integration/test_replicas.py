@@ -141,7 +141,7 @@ def test_the_database_away_is_503_with_retry_after_then_recovers_with_one_line_e
     assert "Traceback" not in log, log
 
 
-def test_a_capture_whose_queued_run_another_replica_ran_gets_its_outcome_and_no_output(
+def test_a_capture_whose_queued_run_another_replica_ran_gets_its_output(
     tmp_path: Path, servers: list[Server], pg_cluster: Cluster, pg_database: str
 ) -> None:
     record = tmp_path / "runs.txt"
@@ -162,12 +162,10 @@ def test_a_capture_whose_queued_run_another_replica_ran_gets_its_outcome_and_no_
     elsewhere = 0
     for seq, (status, _, body) in answers.items():
         run = runs[seq]
-        assert status == 200, (seq, status, body)
-        if run.ran_on == run.admitted_by:  # the answering replica ran it: its output
-            assert body == f"ran {seq} on {run.replica}\n".encode(), (seq, body)
-        else:  # another replica ran it: its outcome (200: exit status 0), not its output
-            assert body == b"", (seq, body)
-            elsewhere += 1
+        # Whichever replica ran it, its output (kept with its row for the replica where the request waits;
+        # test_replicas_capture.py forces the other replica and checks failures and streams).
+        assert (status, body) == (200, f"ran {seq} on {run.replica}\n".encode()), (seq, status, body)
+        elsewhere += run.ran_on != run.admitted_by
     print(f"captures run by another replica: {elsewhere} of 4")
 
 

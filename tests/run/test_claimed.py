@@ -1,8 +1,9 @@
 """run/claimed.py: a run's life on a claim, against a scripted run state: a claim that comes while its own
 admission is still under way runs that admission's work; a claim of a run nobody here admitted runs as
 foreign; a lease the state refuses, or one whose renewal outlasts it, has its run killed once; a run that
-waits here and another replica ran ends with that run's outcome; a finish the state cannot take is tried
-again while the lease lasts."""
+waits here and another replica ran ends with that run's outcome (and the output the state kept for it); a
+finish the state cannot take is tried again while the lease lasts; a run's output, as its work left it on
+its Held, goes to its finish, and whether its request waits for it goes to the admission."""
 
 from __future__ import annotations
 
@@ -53,11 +54,16 @@ class ScriptedState:
         self.renew_answer: list[Claim] | None = []
         self.renew_blocks = threading.Event()
         self.renew_blocks.set()
-        self.ended: dict[int, str] = {}
+        self.ended: dict[int, Outcome] = {}
+        self.kept: list[bool] = []  # each admission's keep_output
+        self.outputs: dict[int, bytes | None] = {}  # each finish's output, by run
         self.before_admit_returns: Any = None
         self.waiter = Waiter()
 
-    def admit(self, run: RunSpec, limits: Limits, key: str | None, at: float) -> Admission:
+    def admit(
+        self, run: RunSpec, limits: Limits, key: str | None, at: float, keep_output: bool = False
+    ) -> Admission:
+        self.kept.append(keep_output)
         admission = self.admissions.pop(0)
         if self.before_admit_returns is not None:
             self.before_admit_returns()
@@ -81,9 +87,10 @@ class ScriptedState:
             self.finish_fails -= 1
             raise StateUnavailable("away")
         self.finished.append((claim.run_id, outcome.status))
+        self.outputs[claim.run_id] = outcome.output
         return True
 
-    def outcomes(self, run_ids: Sequence[int]) -> dict[int, str]:
+    def outcomes(self, run_ids: Sequence[int]) -> dict[int, Outcome]:
         return {run_id: self.ended[run_id] for run_id in run_ids if run_id in self.ended}
 
     def wake(self) -> Waiter:
@@ -97,10 +104,11 @@ def lines(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return said
 
 
-def work_of(tag: str, gate: threading.Event | None = None) -> Any:
+def work_of(tag: str, gate: threading.Event | None = None, output: bytes | None = None) -> Any:
     def work(claim: Claim, held: Held) -> tuple[str, str]:
         if gate is not None:
             gate.wait(30)
+        held.output = output  # as the executor leaves a command's output
         return f"{tag}:{claim.run_id}", "exit status 0"
 
     return work
@@ -170,18 +178,34 @@ def test_a_renewal_that_outlasts_the_lease_loses_the_run_at_the_lease(lines: lis
     gate.set()
 
 
-def test_a_run_another_replica_ran_ends_here_with_its_outcome() -> None:
+def elsewhere(outcome: Outcome) -> tuple[str, str, bytes | None]:
+    return "elsewhere", outcome.status, outcome.output
+
+
+def test_a_run_another_replica_ran_ends_here_with_its_outcome_and_kept_output() -> None:
     state = ScriptedState()
     runs = ClaimedRuns(state)  # type: ignore[arg-type]
-    runs.ended_elsewhere = lambda status: ("elsewhere", status)
+    runs.ended_elsewhere = elsewhere
     state.admissions = [Admission(QUEUED, 9)]
-    future, _, _ = runs.admit(spec(9), Limits(max_concurrency=1), None, work_of("mine"))
+    future, _, _ = runs.admit(spec(9), Limits(max_concurrency=1), None, work_of("mine"), keep_output=True)
+    assert state.kept == [True]
     threading.Thread(target=runs.watch, daemon=True).start()
     time.sleep(0.2)
     assert not future.done()
-    state.ended[9] = "exit status 2"
-    assert future.result(timeout=10) == ("elsewhere", "exit status 2")
+    state.ended[9] = Outcome("exit status 2", b"\xffout\x00put")
+    assert future.result(timeout=10) == ("elsewhere", "exit status 2", b"\xffout\x00put")
     assert not runs.busy
+
+
+def test_a_finish_is_given_the_output_its_work_left_and_admissions_say_who_waits() -> None:
+    state = ScriptedState()
+    runs = ClaimedRuns(state)  # type: ignore[arg-type]
+    state.admissions = [Admission(STARTED, 1, Claim(1, spec(1))), Admission(STARTED, 2, Claim(2, spec(2)))]
+    first, _, _ = runs.admit(spec(1), Limits(), None, work_of("mine", output=b"one\n"), keep_output=True)
+    second, _, _ = runs.admit(spec(2), Limits(), None, work_of("mine"))
+    assert (first.result(timeout=10), second.result(timeout=10)) == ("mine:1", "mine:2")
+    assert state.kept == [True, False]
+    assert eventually(lambda: state.outputs == {1: b"one\n", 2: None})
 
 
 def test_a_finish_the_state_cannot_take_is_tried_again_while_the_lease_lasts() -> None:
@@ -212,15 +236,15 @@ def test_a_watch_started_while_the_state_cannot_wake_it_lives_through_the_outage
 
     state.wake = wake  # type: ignore[method-assign]
     runs = ClaimedRuns(state)  # type: ignore[arg-type]
-    runs.ended_elsewhere = lambda status: ("elsewhere", status)
+    runs.ended_elsewhere = elsewhere
     state.admissions = [Admission(QUEUED, 4), Admission(QUEUED, 5)]
     first, _, _ = runs.admit(spec(4), Limits(max_concurrency=1), None, work_of("mine"))
     watch = threading.Thread(target=runs.watch, daemon=True)
     watch.start()
-    state.ended[4] = "exit status 0"  # seen while the waiter still cannot be made
-    assert first.result(timeout=10) == ("elsewhere", "exit status 0")
+    state.ended[4] = Outcome("exit status 0")  # seen while the waiter still cannot be made
+    assert first.result(timeout=10) == ("elsewhere", "exit status 0", None)
     assert eventually(lambda: away["wakes"] == 0, timeout=10)
     second, _, _ = runs.admit(spec(5), Limits(max_concurrency=1), None, work_of("mine"))
-    state.ended[5] = "exit status 1"  # seen through the waiter's polls, once it is made
-    assert second.result(timeout=10) == ("elsewhere", "exit status 1")
+    state.ended[5] = Outcome("exit status 1")  # seen through the waiter's polls, once it is made
+    assert second.result(timeout=10) == ("elsewhere", "exit status 1", None)
     assert watch.is_alive()

@@ -11,7 +11,9 @@ its own per test, a new replica name per `open()`, expired leases claimable at o
 BACKENDS; every case then runs on it too. PostgreSQL (`_Postgres`) is there: a database of its own per test
 on the session's throwaway cluster, one replica name for every `open()` (a restarted replica takes its own
 runs back at once, as a restarted process takes its journal's), a read-only database for `unwritable()`. A backend that keeps nothing past close() sets `durable = False`
-and joins only the cases of `state_backend`."""
+and joins only the cases of `state_backend`. A backend whose runs other processes run and finish (`shares`:
+PostgreSQL's replicas) must give their outcomes, with the output kept for a request that waits for it; one
+whose runs only its own process runs (`shares = False`: the embedded state) gives none."""
 
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ UNLIMITED = Limits()
 
 class Backend(Protocol):
     durable: bool
+    shares: bool
 
     def open(
         self, max_running: int = 0, limits: Callable[[str], Limits] = lambda hook: UNLIMITED
@@ -60,6 +63,7 @@ class _Embedded:
     """The embedded state without -state-dir: slots in memory, ids from a counter, nothing durable."""
 
     durable = False
+    shares = False
 
     def __init__(self, tmp_path: Path, request: pytest.FixtureRequest) -> None:
         self.opened: list[RunState] = []
@@ -100,6 +104,7 @@ class _Postgres:
     """PostgresState on a database of this test's own; each open() the same replica started again."""
 
     durable = True
+    shares = True
 
     def __init__(self, tmp_path: Path, request: pytest.FixtureRequest) -> None:
         self.opened: list[RunState] = []
@@ -459,6 +464,37 @@ def test_refused_busy_and_coalesced_runs_are_finished_with_their_run_and_not_rep
     first.close()
     second = durable_backend.open()
     assert [c.run_id for c in second.claims(10)] == [left.run_id]
+
+
+def test_the_output_of_a_run_a_request_waits_for_is_kept_for_outcomes(state_backend: Backend) -> None:
+    # A capture (keep_output) waits behind a running run; the run that stands for it keeps the output its
+    # finish is given, byte for byte; runs nobody waits for keep none. A backend that does not share its
+    # runs has nobody elsewhere to tell: outcomes() is empty, and it keeps nothing.
+    state = state_backend.open()
+    limits = Limits(max_concurrency=1, max_queue=5)
+    first = admit(state, limits=limits)
+    waited = state.admit(spec(), limits, None, time.time(), keep_output=True)
+    unwaited = admit(state, limits=limits)
+    assert (waited.how, unwaited.how) == (QUEUED, QUEUED) and first.claim is not None
+    assert not first.claim.keep_output
+    assert state.finish(first.claim, Outcome("exit status 0", b"nobody waits for this"))
+    output = bytes(range(256)) * 300 + b"\x00\xff\n"
+    [claim] = state.claims(10)
+    assert claim.run_id == waited.run_id and claim.keep_output is state_backend.shares
+    assert state.outcomes([waited.run_id]) == {}  # not over yet
+    assert state.finish(claim, Outcome("exit status 1", output))
+    [last] = state.claims(10)
+    assert last.run_id == unwaited.run_id and not last.keep_output
+    assert state.finish(last, Outcome("exit status 0", b"nor this"))
+    ended = state.outcomes([first.run_id, waited.run_id, unwaited.run_id, unwaited.run_id + 1000])
+    if state_backend.shares:
+        assert ended == {
+            first.run_id: Outcome("exit status 0"),
+            waited.run_id: Outcome("exit status 1", output),
+            unwaited.run_id: Outcome("exit status 0"),
+        }
+    else:
+        assert ended == {}
 
 
 def test_an_unwritable_store_admits_nothing_and_says_when_to_come_back(durable_backend: Backend) -> None:
