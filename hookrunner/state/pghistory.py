@@ -119,6 +119,7 @@ class PostgresHistory(OneRunReads):
         self._pruned_at = float("-inf")
         self._created = 0  # records made since the last prune
         self._prune_every = max(1, min(_PRUNE_EVERY, self.keep // 10))
+        self.batch = BATCH  # events folded in one transaction
         self._down_until = float("-inf")
         self._down_why = ""
         #: The hooks this replica's workers last reported, by file, until written to the database.
@@ -163,9 +164,11 @@ class PostgresHistory(OneRunReads):
                 if isinstance(entry, dict) and isinstance(entry.get("file"), str):
                     self._hooks[entry["file"]] = entry
 
-    def catch_up(self, fresh: float = 0.0) -> int:
+    def catch_up(self, fresh: float = 0.0, wait: bool = True) -> int:
         """Fold the events every replica has recorded since, unless a fold ended less than `fresh` seconds
-        ago; returns how many were folded. Raises StateUnavailable."""
+        ago; returns how many were folded. `wait` False: none, when another folds now (its lock is held).
+        Raises StateUnavailable."""
+        lock = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
         with self._fold_lock:
             if time.monotonic() - self._folded_at < fresh:
                 return 0
@@ -174,13 +177,15 @@ class PostgresHistory(OneRunReads):
                 with self._hooks_lock:
                     hooks = dict(self._hooks)
                 with self._transaction() as cur:
-                    cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, _FOLD_LOCK))
+                    cur.execute(f"SELECT {lock}(%s, %s)::text", (_LOCK_CLASS, _FOLD_LOCK))
+                    if not _held(cur):
+                        break  # another folds now
                     write_hooks(cur, self.replica, hooks.values())
                     cur.execute(
                         "DELETE FROM hookrunner_events WHERE id IN"
                         " (SELECT id FROM hookrunner_events ORDER BY id LIMIT %s)"
                         " RETURNING id, replica, event",
-                        (BATCH,),
+                        (self.batch,),
                     )
                     events = sorted(cur.fetchall())
                     self._created += Fold(cur, self.output_limit).apply(events)
@@ -194,7 +199,7 @@ class PostgresHistory(OneRunReads):
                         if self._hooks.get(file) is entry:
                             del self._hooks[file]
                 folded += len(events)
-                if len(events) < BATCH:
+                if len(events) < self.batch:
                     break
             self._folded_at = time.monotonic()
             return folded
@@ -301,6 +306,12 @@ class PostgresHistory(OneRunReads):
             for entry in files
             for hook_id in entry.get("hooks", [])
         ]
+
+
+def _held(cur: psycopg.Cursor[Any]) -> bool:
+    """pg_advisory_xact_lock's answer (void: it waited for the lock) or pg_try_advisory_xact_lock's."""
+    row = cur.fetchone()
+    return row is not None and row[0] != "false"
 
 
 def _with_timeout(conninfo: str, timeout: float) -> str:
