@@ -148,6 +148,11 @@ class Fold:
         replica and run by another is told by both, so their events may come in either order."""
         row = self.rows.get(key)
         created = row is None
+        if row is None and "id" not in event:
+            # Only a request's ticket, or a replica adopting its run, opens a record (both name the run):
+            # a later event of a record the retention has deleted since it ended (one replica's end folded
+            # before another's last word) opens none, which would show as a run with no id.
+            return 0
         if row is None:
             admitted_by = key.partition(" ")[0]
             row = self.rows[key] = {

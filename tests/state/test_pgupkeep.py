@@ -240,6 +240,26 @@ def test_the_historys_retention_applies_to_records_the_last_fold_only_ended(
     assert rows(pg_database, "hookrunner_history") == 2
 
 
+def test_a_late_word_on_a_record_the_retention_deleted_opens_no_record(
+    state: Callable[[str], PostgresState], history: Callable[..., PostgresHistory]
+) -> None:
+    # Replica a admitted the run, b ran it; b's end is folded, then the retention deletes the record
+    # (newer runs came); a's own end, written later, must not bring back a record with no id.
+    a, b = state("a"), state("b")
+    admitted = recorder(a).ticket("early", "deploy", 1.0)
+    admitted.admitted("queued")
+    ran = recorder(b).adopt("a", "early", "deploy", 1.0)
+    ran.started(run_spec("early"))
+    ran.finished(b"", None)
+    lifecycles(recorder(b), 3)
+    admin = history(keep=2)
+    admin.catch_up()
+    assert [r["id"] for r in admin.runs()] == ["run-2", "run-1"]
+    admitted.served_by_run(None)
+    admin.catch_up()
+    assert [r["id"] for r in admin.runs()] == ["run-2", "run-1"]
+
+
 def test_two_replicas_at_it_at_once_neither_fail_nor_do_anything_twice(
     pg_database: str, state: Callable[[str], PostgresState], history: Callable[..., PostgresHistory]
 ) -> None:
