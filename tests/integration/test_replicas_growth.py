@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from pg_cluster import Cluster
@@ -43,6 +44,18 @@ def history_kinds(conninfo: str) -> list[tuple[str, str, str, int]]:
             (str(kind), str(outcome), str(detail), int(count))
             for kind, outcome, detail, count in conn.execute(
                 "SELECT kind, outcome, detail, count(*) FROM hookrunner_history GROUP BY 1, 2, 3 ORDER BY 1, 2"
+            ).fetchall()
+        ]
+
+
+def open_runs(conninfo: str) -> list[tuple[Any, ...]]:
+    """The rows still in hookrunner_runs, with their lease's seconds left: what an assertion shows."""
+    with psycopg.connect(conninfo) as conn:
+        return [
+            tuple(row)
+            for row in conn.execute(
+                "SELECT id, hook_id, request_id, state, attempt, holder, admitted_by, processes,"
+                " lease_until - extract(epoch FROM clock_timestamp()) FROM hookrunner_runs ORDER BY id"
             ).fetchall()
         ]
 
@@ -82,7 +95,7 @@ def test_the_shared_tables_come_back_down_without_an_admin_listener(
         kept = now["hookrunner_history"]  # pruned once a tenth of -state-keep new records have come
         return now["hookrunner_runs"] == 0 and now["hookrunner_events"] == 0 and KEEP <= kept <= KEEP + 2
 
-    assert wait_until(settled, timeout=60), (counts(conninfo), history_kinds(conninfo))
+    assert wait_until(settled, timeout=60), (counts(conninfo), history_kinds(conninfo), open_runs(conninfo))
     for server in replicas:
         assert "Traceback" not in server.log and "upkeep failed" not in server.log, server.log
 
