@@ -95,7 +95,11 @@ def test_the_shared_tables_come_back_down_without_an_admin_listener(
         kept = now["hookrunner_history"]  # pruned once a tenth of -state-keep new records have come
         return now["hookrunner_runs"] == 0 and now["hookrunner_events"] == 0 and KEEP <= kept <= KEEP + 2
 
-    assert wait_until(settled, timeout=60), (counts(conninfo), history_kinds(conninfo), open_runs(conninfo))
+    if not wait_until(settled, timeout=60):
+        left = open_runs(conninfo)
+        running = {str(row[2]) for row in left if row[3] == "running"}
+        lines = [line for s in replicas for line in s.log.splitlines() if any(r in line for r in running)]
+        raise AssertionError((counts(conninfo), history_kinds(conninfo), left, lines))
     for server in replicas:
         assert "Traceback" not in server.log and "upkeep failed" not in server.log, server.log
 
