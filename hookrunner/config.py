@@ -71,6 +71,7 @@ class Config:
     state_url_file: str = ""
     state_lease: float = 30.0
     state_grace: float = 10.0
+    state_done_age: float = 600.0
     state_replica: str = ""
     # The run history and the admin listener (docs/history.md): off by default.
     admin_addr: str = ""

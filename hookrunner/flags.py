@@ -246,6 +246,15 @@ FLAGS: tuple[Flag, ...] = (
         extension=True,
     ),
     Flag(
+        "state-done-age",
+        "duration",
+        "with -state-url, how long after its end a finished run's row stays in the database before it is "
+        "deleted (and the history's events are folded by the run owners when no admin listener does)",
+        "state_done_age",
+        600.0,
+        extension=True,
+    ),
+    Flag(
         "state-grace",
         "duration",
         "with -state-url, how long past a run's lease another replica waits before it takes the run over",
@@ -421,10 +430,17 @@ def parse_duration_flag(text: str) -> float:
 
 
 _SIZE_UNITS = {
-    "": 1, "b": 1,
-    "k": 1 << 10, "kib": 1 << 10, "kb": 1000,
-    "m": 1 << 20, "mib": 1 << 20, "mb": 1000**2,
-    "g": 1 << 30, "gib": 1 << 30, "gb": 1000**3,
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "kb": 1000,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "mb": 1000**2,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+    "gb": 1000**3,
 }
 _SIZE = re.compile(r"([0-9]+)\s*([a-zA-Z]*)")
 

@@ -41,6 +41,7 @@ from hookrunner.state.model import Event
 if TYPE_CHECKING:
     # Loaded only with -admin-addr (multiprocessing's connections: docs/performance.md, memory at rest).
     from hookrunner.run.historyfeed import FeedClient
+    from hookrunner.state.backend import RunState
 
 #: History events held for the database (-state-url) at most; past it the oldest are dropped (the history
 #: is not the journal: a database that is away loses events, never runs).
@@ -180,6 +181,27 @@ def _start_shared_state(runner: CommandRunner) -> None:
     runner.history = Recorder(record, config.history_output, replica=state.replica)
     gevent.spawn(write_events)
     gevent.spawn(runner.runs.keep_leases, config.state_lease)
+    gevent.spawn(_keep_tables, state)
+
+
+def _keep_tables(state: RunState) -> None:
+    """The shared tables' upkeep (state/pgupkeep.py), every round on this loop and no request's path:
+    finished runs deleted past -state-done-age, events folded when no admin listener folds them."""
+    from hookrunner.serve.adminfleet import open_history
+    from hookrunner.state.backend import StateUnavailable
+    from hookrunner.state.pgupkeep import Upkeep
+    from hookrunner.state.postgres import PostgresState
+
+    assert isinstance(state, PostgresState)  # -state-url's
+    upkeep = Upkeep(state, open_history(ctx.config), ctx.config.state_done_age)
+    while True:
+        gevent.sleep(upkeep.every)
+        try:
+            upkeep.run()
+        except StateUnavailable:
+            pass  # logged once by the connections (state/pgconn.py); the next round tries again
+        except Exception as exc:  # noqa: BLE001 - an upkeep that fails must not end the owner's loop
+            log.output(f"run state: the shared tables' upkeep failed: {exc}", level="error", event=EVENT)
 
 
 def _start_history(runner: CommandRunner) -> FeedClient:

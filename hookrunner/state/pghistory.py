@@ -11,9 +11,6 @@ admin listener imports this module only with -state-url. docs/history.md, "Sever
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -22,30 +19,18 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.types.json import Jsonb
 
 from hookrunner.state.backend import StateUnavailable
 from hookrunner.state.historystore import (
-    EVENT_SCALARS,
-    JSON_FIELDS,
     LISTED_FIELDS,
     RUN_FIELDS,
     OneRunReads,
     as_record,
     runs_where,
 )
-from hookrunner.state.model import (
-    CANCELLED,
-    COALESCED,
-    FINAL_OUTCOMES,
-    PENDING,
-    REPLAYED,
-    RUNNING,
-    SERVED_BY_RUN,
-    Event,
-    record_key,
-)
+from hookrunner.state.model import FINAL_OUTCOMES, Event
 from hookrunner.state.pgconn import Connections
+from hookrunner.state.pgfold import GOING, Fold, write_hooks
 from hookrunner.state.postgres import create_schema
 
 #: Advisory lock keys (class, object), in the class the run state uses for its schema: creating the
@@ -94,44 +79,6 @@ CREATE TABLE IF NOT EXISTS hookrunner_history_hooks (
 );
 """
 
-#: A record's columns as this module writes them (all but `seq`).
-_RECORD = ("key", "replica", "admitted_by", *EVENT_SCALARS, "duration", *JSON_FIELDS, "output")
-_COLUMNS = (*_RECORD, "live_output", "live_size")
-_DEFAULTS: dict[str, Any] = {
-    **dict.fromkeys(_COLUMNS),
-    "id": "",
-    "hook": "",
-    "kind": "immediate",
-    "outcome": PENDING,
-    "detail": "",
-    **dict.fromkeys(JSON_FIELDS, "[]"),
-    "cwd": "",
-    "output": b"",
-    "output_size": 0,
-    "output_truncated": False,
-}
-#: What an event's value must be to be kept (anything else is ignored, as a malformed event is).
-_TEXT = (str,)
-_NUMBER = (int, float, type(None))
-_TYPES: dict[str, tuple[type, ...]] = {
-    "id": _TEXT,
-    "hook": _TEXT,
-    "kind": _TEXT,
-    "outcome": _TEXT,
-    "detail": _TEXT,
-    "cwd": _TEXT,
-    "signal": (str, type(None)),
-    "accepted_at": _NUMBER,
-    "started_at": _NUMBER,
-    "ended_at": _NUMBER,
-    "exit_code": (int, type(None)),
-    "pid": (int, type(None)),
-    "output_size": (int,),
-    "output_truncated": (bool, int),
-}
-_BIGINT = 1 << 63
-_GOING = (PENDING, RUNNING)
-
 #: Seconds a fold stays fresh for the reads (the follow poller folds every half second anyway).
 FRESH = 0.2
 #: Events folded in one transaction; a fold takes at most _MAX_BATCHES of them before the reads go on.
@@ -143,22 +90,6 @@ PRUNE_INTERVAL = 60.0
 _PRUNE_EVERY = 100
 #: After the database was found away, reads fail at once for this long rather than each waiting for it.
 DOWN_FOR = 1.0
-
-
-def _valid(name: str, value: Any) -> bool:
-    kinds = _TYPES.get(name)
-    if kinds is None or not isinstance(value, kinds):
-        return False
-    if isinstance(value, float) and value != value:  # NaN
-        return False
-    return not isinstance(value, int) or isinstance(value, bool) or -_BIGINT <= value < _BIGINT
-
-
-def _decoded(text: Any) -> bytes | None:
-    try:
-        return base64.b64decode(text) if isinstance(text, str) else None
-    except (binascii.Error, ValueError):
-        return None
 
 
 class PostgresHistory(OneRunReads):
@@ -188,6 +119,7 @@ class PostgresHistory(OneRunReads):
         self._pruned_at = float("-inf")
         self._created = 0  # records made since the last prune
         self._prune_every = max(1, min(_PRUNE_EVERY, self.keep // 10))
+        self.batch = BATCH  # events folded in one transaction
         self._down_until = float("-inf")
         self._down_why = ""
         #: The hooks this replica's workers last reported, by file, until written to the database.
@@ -232,9 +164,11 @@ class PostgresHistory(OneRunReads):
                 if isinstance(entry, dict) and isinstance(entry.get("file"), str):
                     self._hooks[entry["file"]] = entry
 
-    def catch_up(self, fresh: float = 0.0) -> int:
+    def catch_up(self, fresh: float = 0.0, wait: bool = True) -> int:
         """Fold the events every replica has recorded since, unless a fold ended less than `fresh` seconds
-        ago; returns how many were folded. Raises StateUnavailable."""
+        ago; returns how many were folded. `wait` False: none, when another folds now (its lock is held).
+        Raises StateUnavailable."""
+        lock = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
         with self._fold_lock:
             if time.monotonic() - self._folded_at < fresh:
                 return 0
@@ -243,16 +177,18 @@ class PostgresHistory(OneRunReads):
                 with self._hooks_lock:
                     hooks = dict(self._hooks)
                 with self._transaction() as cur:
-                    cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, _FOLD_LOCK))
-                    _write_hooks(cur, self.replica, hooks.values())
+                    cur.execute(f"SELECT {lock}(%s, %s)::text", (_LOCK_CLASS, _FOLD_LOCK))
+                    if not _held(cur):
+                        break  # another folds now
+                    write_hooks(cur, self.replica, hooks.values())
                     cur.execute(
                         "DELETE FROM hookrunner_events WHERE id IN"
                         " (SELECT id FROM hookrunner_events ORDER BY id LIMIT %s)"
                         " RETURNING id, replica, event",
-                        (BATCH,),
+                        (self.batch,),
                     )
                     events = sorted(cur.fetchall())
-                    self._created += _Fold(cur, self.output_limit).apply(events)
+                    self._created += Fold(cur, self.output_limit).apply(events)
                     if (
                         self._created >= self._prune_every
                         or time.monotonic() - self._pruned_at > PRUNE_INTERVAL
@@ -263,7 +199,7 @@ class PostgresHistory(OneRunReads):
                         if self._hooks.get(file) is entry:
                             del self._hooks[file]
                 folded += len(events)
-                if len(events) < BATCH:
+                if len(events) < self.batch:
                     break
             self._folded_at = time.monotonic()
             return folded
@@ -372,6 +308,12 @@ class PostgresHistory(OneRunReads):
         ]
 
 
+def _held(cur: psycopg.Cursor[Any]) -> bool:
+    """pg_advisory_xact_lock's answer (void: it waited for the lock) or pg_try_advisory_xact_lock's."""
+    row = cur.fetchone()
+    return row is not None and row[0] != "false"
+
+
 def _with_timeout(conninfo: str, timeout: float) -> str:
     """`conninfo` with a statement timeout added to its options (a bad one is left to Connections to tell)."""
     try:
@@ -388,7 +330,7 @@ def _overlay(columns: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
     set, the JSON fields parsed, then `replica`."""
     *values, replica, admitted_by, live, live_size = row
     record = as_record(columns, tuple(values))
-    if live_size is not None and record["outcome"] in _GOING:
+    if live_size is not None and record["outcome"] in GOING:
         kept = len(live) if isinstance(live, bytes | bytearray | memoryview) else int(live or 0)
         record.update(output_size=live_size, output_truncated=kept < live_size)
         if "output" in record:
@@ -398,203 +340,3 @@ def _overlay(columns: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
     record["replica"] = replica
     record["admitted_by"] = admitted_by
     return record
-
-
-def _record_key(replica: str, key: str) -> str:
-    """The record an event of `replica` tells: a key with `@` names its record itself, whichever replica
-    tells it (run/history.py's record_key: the admitting replica's name first); any other is the writer's."""
-    return key[1:] if key.startswith("@") else f"{replica} {key}"
-
-
-def _write_hooks(cur: psycopg.Cursor[Any], replica: str, entries: Iterable[dict[str, Any]]) -> None:
-    for entry in entries:
-        cur.execute(
-            "INSERT INTO hookrunner_history_hooks (file, replica, entry) VALUES (%s, %s, %s)"
-            " ON CONFLICT (file) DO UPDATE SET replica = EXCLUDED.replica, entry = EXCLUDED.entry",
-            (entry["file"], replica, Jsonb(entry)),
-        )
-
-
-class _Fold:
-    """One batch of events applied to the records they name, by the embedded store's rules: loaded once,
-    changed in memory in the events' order, written back once (new records in the order they began)."""
-
-    def __init__(self, cur: psycopg.Cursor[Any], output_limit: int) -> None:
-        self.cur = cur
-        self.output_limit = output_limit
-        self.rows: dict[str, dict[str, Any]] = {}
-        self.dirty: dict[str, dict[str, Any]] = {}
-        #: Records of coalesced runs that ran and ended in this batch: the requests they served end too.
-        self.served: dict[str, dict[str, Any]] = {}
-
-    def apply(self, events: list[tuple[int, str, Any]]) -> int:
-        """Returns how many records the batch began."""
-        keys = [
-            _record_key(replica, e["key"])
-            for _, replica, e in events
-            if isinstance(e, dict) and isinstance(e.get("key"), str)
-        ]
-        if keys:
-            self.cur.execute(
-                f"SELECT seq, {', '.join(_COLUMNS)} FROM hookrunner_history WHERE key = ANY(%s)", (keys,)
-            )
-            for seq, *values in self.cur.fetchall():
-                row = dict(zip(_COLUMNS, values, strict=True))
-                row["seq"] = seq
-                self.rows[row["key"]] = row
-        created = 0
-        for _, replica, event in events:
-            if not isinstance(event, dict):
-                continue
-            kind, key = event.get("event"), event.get("key")
-            if kind == "run" and isinstance(key, str):
-                created += self._run(_record_key(replica, key), replica, event)
-            elif kind == "output" and isinstance(key, str):
-                self._output(_record_key(replica, key), event)
-            elif kind == "replaying":
-                self._replaying(replica, event)
-            elif kind == "hooks" and isinstance(event.get("files"), list):
-                entries = [
-                    e for e in event["files"] if isinstance(e, dict) and isinstance(e.get("file"), str)
-                ]
-                _write_hooks(self.cur, replica, entries)
-        self._flush()
-        self._end_displaced()
-        return created
-
-    def _run(self, key: str, replica: str, event: Event) -> int:
-        """A run event of `replica` (which wrote it) for record `key`: the record of a run admitted by one
-        replica and run by another is told by both, so their events may come in either order."""
-        row = self.rows.get(key)
-        created = row is None
-        if row is None:
-            admitted_by = key.partition(" ")[0]
-            row = self.rows[key] = {
-                **_DEFAULTS,
-                "key": key,
-                "replica": admitted_by,
-                "admitted_by": admitted_by,
-                "seq": None,
-            }
-        if (
-            event.get("outcome") in FINAL_OUTCOMES
-            and row["started_at"] is not None
-            and replica != row["replica"]
-            and "started_at" not in event
-        ):
-            # Its admitting replica's end of a run another replica ran (served by a run that ended
-            # elsewhere, cancelled by its own stop): the runner's events tell it.
-            return int(created)
-        values: dict[str, Any] = {n: event[n] for n in EVENT_SCALARS if n in event and _valid(n, event[n])}
-        for name in JSON_FIELDS:
-            if name in event:
-                values[name] = json.dumps(event[name], ensure_ascii=True)
-        if "output" in event and (output := _decoded(event["output"])) is not None:
-            values["output"] = output
-        if "output_truncated" in values:
-            values["output_truncated"] = bool(values["output_truncated"])
-        outcome = values.pop("outcome", None)
-        if event.get("waited") == "queued" and row["kind"] == "immediate":  # the runner's word: it waited
-            values["kind"] = "queued"  # (its admitting replica may have died before telling how)
-        if outcome == RUNNING:
-            row["replica"] = replica  # the replica that ran it
-        if outcome in _GOING:
-            # An event may come after a later one: an outcome never goes back (final, running, pending).
-            if row["outcome"] in _GOING and _GOING.index(outcome) >= _GOING.index(row["outcome"]):
-                row["outcome"] = outcome
-        elif outcome is not None:
-            row["outcome"] = outcome
-            if outcome in FINAL_OUTCOMES:
-                row["live_output"] = row["live_size"] = None
-                self.served[key] = row
-        row.update(values)
-        if row["ended_at"] is not None and row["started_at"] is not None:
-            row["duration"] = row["ended_at"] - row["started_at"]
-        self.dirty[key] = row
-        return int(created)
-
-    def _output(self, key: str, event: Event) -> None:
-        """A running run's output so far: its kept tail grows up to the limit (state/historystore.py's
-        _apply_output, the same rule)."""
-        offset, size = event.get("offset"), event.get("size")
-        row = self.rows.get(key)
-        if not isinstance(offset, int) or not isinstance(size, int) or not 0 <= offset <= size < _BIGINT:
-            return
-        data = _decoded(event.get("output", ""))
-        if row is None or row["outcome"] not in _GOING or data is None:
-            return
-        data = data[: size - offset]
-        kept, had = bytes(row["live_output"] or b""), int(row["live_size"] or 0)
-        if size <= had:
-            return
-        kept = kept + data[had - offset :] if offset <= had else data
-        row["live_output"] = kept[-self.output_limit :] if self.output_limit else b""
-        row["live_size"] = size
-        self.dirty[key] = row
-
-    def _replaying(self, replica: str, event: Event) -> None:
-        """The earlier record of a run replayed now (by this replica or another): not this record itself."""
-        run_id, hook, pid = event.get("id", ""), event.get("hook", ""), event.get("pid")
-        if not isinstance(run_id, str) or not isinstance(hook, str) or not _valid("pid", pid):
-            return
-        self._flush()
-        detail = "run again after a restart (see the replayed run with the same id)"
-        self.cur.execute(
-            "UPDATE hookrunner_history SET outcome = %s, detail = %s WHERE seq ="
-            " (SELECT seq FROM hookrunner_history WHERE id = %s AND hook = %s"
-            " AND (replica <> %s OR pid IS DISTINCT FROM %s) AND outcome = ANY(%s)"
-            " ORDER BY seq DESC LIMIT 1) RETURNING key",
-            (REPLAYED, detail, run_id, hook, replica, pid, [PENDING, RUNNING, CANCELLED]),
-        )
-        for (key,) in self.cur.fetchall():
-            if key in self.rows:
-                self.rows[key].update(outcome=REPLAYED, detail=detail)
-
-    def _end_displaced(self) -> None:
-        """The requests a coalesced run that ran stood for (the run state's rows folded into it) end with
-        its outcome, as their own replica ends them (run/history.py's served_by_run): here too, since that
-        replica may be gone. Only records still pending change."""
-        ran = [r for r in self.served.values() if r["kind"] == COALESCED and r["started_at"] is not None]
-        self.served = {}
-        for row in ran:
-            self.cur.execute(
-                "SELECT d.admitted_by, d.request_id, d.accepted_at FROM hookrunner_runs AS t"
-                " JOIN hookrunner_runs AS d ON d.coalesced_into = t.id WHERE t.hook_id = %s"
-                " AND t.request_id = %s AND t.admitted_by = %s AND t.accepted_at = %s",
-                (row["hook"], row["id"], row["admitted_by"], row["accepted_at"]),
-            )
-            keys = [record_key(*found)[1:] for found in self.cur.fetchall()]
-            if not keys:
-                continue
-            ended = {name: row[name] for name in ("outcome", "exit_code", "signal", "ended_at")}
-            ended["detail"] = (f"{SERVED_BY_RUN}; " + row["detail"]).rstrip("; ")
-            self.cur.execute(
-                "UPDATE hookrunner_history SET outcome = %(outcome)s, exit_code = %(exit_code)s,"
-                " signal = %(signal)s, detail = %(detail)s, ended_at = %(ended_at)s"
-                " WHERE key = ANY(%(keys)s) AND outcome = 'pending' RETURNING key",
-                {**ended, "keys": keys},
-            )
-            for (key,) in self.cur.fetchall():
-                if key in self.rows:
-                    self.rows[key].update(ended)
-
-    def _flush(self) -> None:
-        """Write the changed records: new ones first, in the order they began (their seq follows it)."""
-        new = [row for row in self.dirty.values() if row["seq"] is None]
-        changed = [row for row in self.dirty.values() if row["seq"] is not None]
-        self.dirty = {}
-        names = ", ".join(_COLUMNS)
-        marks = ", ".join(["%s"] * len(_COLUMNS))
-        for row in new:
-            self.cur.execute(
-                f"INSERT INTO hookrunner_history ({names}) VALUES ({marks}) RETURNING seq",
-                [row[name] for name in _COLUMNS],
-            )
-            found = self.cur.fetchone()
-            row["seq"] = found[0] if found else 0
-        if changed:
-            sets = ", ".join(f"{name} = %s" for name in _COLUMNS[1:])
-            self.cur.executemany(
-                f"UPDATE hookrunner_history SET {sets} WHERE key = %s",
-                [[*(row[name] for name in _COLUMNS[1:]), row["key"]] for row in changed],
-            )

@@ -11,7 +11,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -142,6 +142,10 @@ class PostgresState:
                 yield cur
         if self._local.notified and self._waiter is not None:
             self._waiter.poke()  # this process's own waiter, at once, once committed
+
+    def transaction(self) -> AbstractContextManager[psycopg.Cursor[Any]]:
+        """One transaction on this replica's connections, for the tables' upkeep (state/pgupkeep.py)."""
+        return self._transaction()
 
     def _notify(self, cur: psycopg.Cursor[Any]) -> None:
         """Wake every replica's waiter at commit (NOTIFY; this instance's own ignores it and is poked)."""
