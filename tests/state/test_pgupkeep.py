@@ -119,7 +119,7 @@ def test_a_replica_waiting_for_a_run_another_ran_reads_its_outcome_until_the_age
     assert claim.run_id == waited.run_id
     assert b.finish(claim, Outcome("exit status 3"))
     assert Upkeep(b, history("b"), done_age=60.0).prune_runs() == 0
-    assert a.outcomes([waited.run_id]) == {waited.run_id: "exit status 3"}
+    assert a.outcomes([waited.run_id]) == {waited.run_id: Outcome("exit status 3")}
     time.sleep(0.6)
     assert Upkeep(b, history("b"), done_age=0.5).prune_runs() == 2
     assert a.outcomes([waited.run_id]) == {}
