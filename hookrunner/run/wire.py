@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -107,6 +108,10 @@ def receive(sock: socket.socket, max_fds: int = 0) -> tuple[Message, list[int]]:
     try:
         if max_fds:
             packet, fds, _flags, _addr = socket.recv_fds(sock, MAX_PACKET + 1, max_fds)
+            # Close-on-exec, as every descriptor Python opens: no command inherits a worker's connection
+            # (set here: MSG_CMSG_CLOEXEC is not honoured by every kernel this runs on).
+            for fd in fds:
+                os.set_inheritable(fd, False)
         else:
             packet, fds = sock.recv(MAX_PACKET + 1), []
     except OSError as exc:

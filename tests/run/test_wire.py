@@ -111,6 +111,7 @@ def test_descriptors_pass_with_a_message(ends, tmp_path):
     got, fds = wire.receive(b, max_fds=1)
     assert got == Message("worker", {"pid": 42})
     assert len(fds) == 1
+    assert not os.get_inheritable(fds[0])  # close-on-exec from the start, like the ends themselves
     with os.fdopen(fds[0], "rb") as passed:
         assert passed.read() == b"passed"
 
