@@ -472,9 +472,10 @@ class CommandRunner:
             return b"", problem
         found = held.found if held is not None else None
         try:
-            # Starting blocks until the child execs: off the gevent worker's loop, on a native thread.
+            # Starting blocks until the child execs: off the gevent worker's loop, on a native thread; the
+            # tracker's own bookkeeping stays on this thread (processes.py's start).
             spawn = partial(start_process, path, argv, env, cwd)
-            process, run = self.waits.offload(self._tracker.start, spawn, found)
+            process, run = self._tracker.start(spawn, found, self.waits.offload)
         except OSError as exc:
             return b"", f"fork/exec {path}: {errno_text(exc)}"
         except ValueError:  # what start_problem did not foresee: Go's fork fails with EINVAL for it

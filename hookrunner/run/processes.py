@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from hookrunner.state.model import ProcessId
 
@@ -226,6 +227,22 @@ class RunProcesses:
         return [process for process in self.members if is_running(process)]
 
 
+#: What a leader's start gives: its Popen, its id (pid and start time) and its output pipe's /proc name.
+_Started = tuple[subprocess.Popen[bytes], ProcessId, str]
+
+
+def _launch(spawn: Callable[[], subprocess.Popen[bytes]]) -> _Started:
+    """Start a leader and name it; touches nothing shared, so that it may run on any thread."""
+    process = spawn()
+    stat = _stat(process.pid)
+    pipe = f"pipe:[{os.fstat(process.stdout.fileno()).st_ino}]" if process.stdout is not None else ""
+    return process, ProcessId(process.pid, stat.start if stat is not None else 0), pipe
+
+
+def _here(launch: Callable[[], _Started]) -> _Started:
+    return launch()
+
+
 class ProcessTracker:
     """The processes of every running run of this worker, kept up to date by a poll while any runs."""
 
@@ -249,12 +266,22 @@ class ProcessTracker:
         self._work = threading.Condition(self._lock)
 
     def start(
-        self, spawn: Callable[[], subprocess.Popen[bytes]], on_found: Callable[[ProcessId], None] | None
+        self,
+        spawn: Callable[[], subprocess.Popen[bytes]],
+        on_found: Callable[[ProcessId], None] | None,
+        offload: Callable[[Callable[[], _Started]], _Started] = _here,
     ) -> tuple[subprocess.Popen[bytes], RunProcesses]:
         """Start a run's leader with `spawn` and track it. While a leader is being started (its pid not yet
         known as a leader) the reaper leaves alone every zombie that started since, so a leader's exit
         status stays its Popen's. The lock is not held across the start, which waits for the child to
-        exec: a run ending meanwhile on another thread (or on the gevent worker's loop) does not wait."""
+        exec: a run ending meanwhile on another thread (or on the gevent worker's loop) does not wait.
+
+        `offload(launch)` runs the start (the spawn, and the new process's start time and pipe looked up)
+        where the caller wants it: the run owner's, on a native thread of its loop's pool. Only that goes
+        there; this tracker's lock is taken on the caller's thread alone. With gevent's patching (the owner
+        with -state-url) the lock is a lock of the loop, and one taken on a pool thread lost wakeups: the
+        thread waited forever for a lock nobody held, and its run never went past its start
+        (docs/run-state.md, "A run stuck running")."""
         with self._lock:
             if self.adopt_orphans and self._subreaper_of != os.getpid():
                 become_subreaper()
@@ -262,14 +289,11 @@ class ProcessTracker:
             since = _boot_ticks()
             self._starting.append(since)
         try:
-            process = spawn()
+            process, leader, pipe = offload(partial(_launch, spawn))
         except BaseException:
             with self._lock:
                 self._starting.remove(since)
             raise
-        stat = _stat(process.pid)
-        leader = ProcessId(process.pid, stat.start if stat is not None else 0)
-        pipe = f"pipe:[{os.fstat(process.stdout.fileno()).st_ino}]" if process.stdout is not None else ""
         run = RunProcesses(leader, pipe, on_found)
         with self._lock:
             self._starting.remove(since)

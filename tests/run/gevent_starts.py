@@ -1,0 +1,57 @@
+"""Many short runs started at once by the run owner's runner as it runs with -state-url, in a process of its
+own for tests/run/test_processes.py: gevent's patching applied first, as serve/ownerprocess.py applies it,
+then a CommandRunner on GreenWaits (each process started on a native thread of the loop's pool) whose
+tracker polls from the loop. argv: the command, how many runs, how many at once, the seconds one run may
+take. Prints `ended E of N, stuck S` (a run stuck: not ended within its seconds) and exits 1 if any stuck."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from hookrunner.serve.ownerprocess import _patch_for_the_network
+
+_patch_for_the_network()
+
+import gevent  # noqa: E402 - after the patching, as in the owner
+import gevent.pool  # noqa: E402
+
+from hookrunner.hooks.model import Hook  # noqa: E402
+from hookrunner.hooks.request import Request  # noqa: E402
+from hookrunner.ops.log import log  # noqa: E402
+from hookrunner.run.executor import CommandRunner  # noqa: E402
+from hookrunner.run.prepare import prepare  # noqa: E402
+from hookrunner.serve.greenruns import GreenWaits  # noqa: E402
+
+
+def main() -> int:
+    command, runs, at_once, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    log.enabled = False  # a few lines a run, thousands of runs
+    runner = CommandRunner(adopt_orphans=True)
+    runner.use(GreenWaits())
+    runner.poll_processes_here()
+    hook = Hook(id="quick", execute_command=command)
+    ended = stuck = 0
+
+    def one(n: int) -> None:
+        nonlocal ended, stuck
+        spec = prepare(hook, Request(id=f"r{n}", method="POST", remote_addr="127.0.0.1:1"))
+        try:
+            with gevent.Timeout(seconds):
+                result = runner.execute(hook, spec)
+        except gevent.Timeout:
+            stuck += 1
+            return
+        assert result.ok, result
+        ended += 1
+
+    pool = gevent.pool.Pool(at_once)
+    for n in range(runs):
+        pool.spawn(one, n)
+    pool.join()
+    print(f"ended {ended} of {runs}, stuck {stuck}", flush=True)
+    return 1 if stuck else 0
+
+
+if __name__ == "__main__":
+    os._exit(main())  # a stuck start's native thread is never let go: no waiting for it at exit
