@@ -129,4 +129,12 @@ def test_ten_thousand_hooks_start_and_hot_reload(tmp_path: Path, servers: list[B
     assert answer(server.base + "deploy-05000", push) == (200, b"deploying 5000")
     # Generous too: ~80 MiB here after the reload, against webhook's 34-117 MiB; main held 345-462 MiB (JSON),
     # and a YAML file 248 MiB while libyaml's node tree was composed whole.
-    assert tree_rss_mib(server.proc.pid) < MEMORY_BOUND_MIB
+    # The least of five readings 0.2 s apart: one reading right after the push was now and then 175-191 MiB
+    # where a second one moments later was 126-139, a transient (most likely the push's /bin/true, forked
+    # from the run owner, which holds the 10,000 hooks too, mapping all of its memory until its exec; not
+    # proven). Memory the server keeps is in every reading.
+    readings = []
+    for _ in range(5):
+        readings.append(tree_rss_mib(server.proc.pid))
+        time.sleep(0.2)
+    assert min(readings) < MEMORY_BOUND_MIB, readings
