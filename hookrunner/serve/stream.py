@@ -68,23 +68,20 @@ class StreamPipe(StreamFlow):
         with self._lock:
             if self._dropped:
                 return
-            if self._size + len(chunk) > self.limit:
-                # What it holds is still taken (and fails to go out: the client is cut off); no more.
-                self.overrun = self._dropped = True
-                told = self.on_overrun
-            else:
+            fits = self._size + len(chunk) <= self.limit
+            if fits:
                 self._chunks.append(chunk)
                 self._size += len(chunk)
-                told = None
-            waiter, self._waiter = self._waiter, None
-        if waiter is not None:
+                waiter, self._waiter = self._waiter, None
+        if not fits:  # past its bound here, as when the run owner says so
+            self.fell_behind()
+        elif waiter is not None:
             waiter.set()
-        if told is not None:
-            told()
 
     __call__ = push
 
     def fell_behind(self) -> None:
+        # What it holds is still taken (and fails to go out: the client is cut off); no more.
         with self._lock:
             if self._dropped:
                 return
