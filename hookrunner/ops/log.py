@@ -5,11 +5,14 @@ With `-log-format json` the same entries become one JSON object per line (docs/o
 
 from __future__ import annotations
 
+import codecs
 import datetime
+import itertools
 import json
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
 PREFIX = "[webhook] "
@@ -36,6 +39,40 @@ def json_line(entry: dict[str, Any]) -> str:
     except UnicodeEncodeError:
         text = json.dumps(entry, default=str)  # other lone surrogates: let \u escapes carry them
     return text + "\n"
+
+
+#: How much of a command's output is decoded and written at a time (GoLogger.request_output).
+OUTPUT_PIECE = 1 << 20
+
+
+def decoded_pieces(data: bytes, piece: int = OUTPUT_PIECE) -> Iterator[str]:
+    """`data.decode("utf-8", "replace")` in pieces of at most `piece` bytes each (the same text: the
+    incremental decoder keeps a sequence cut between two pieces whole)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    view = memoryview(data)
+    for start in range(0, len(data), piece):
+        yield decoder.decode(view[start : start + piece])
+    yield decoder.decode(b"", final=True)
+
+
+def _stripped(pieces: Iterable[str]) -> Iterator[str]:
+    """The pieces of `"".join(pieces).strip()`, with no piece joined to another (the whitespace held back
+    at the end of what came so far is the only text kept)."""
+    started = False
+    held = ""
+    for piece in pieces:
+        if not started:
+            piece = piece.lstrip()
+            started = bool(piece)
+        kept = piece.rstrip()
+        if kept:
+            if held:
+                yield held
+            yield kept
+            held = piece[len(kept) :]
+        else:
+            held += piece
+    # the trailing whitespace is dropped
 
 
 def rfc3339_now() -> str:
@@ -91,40 +128,89 @@ class GoLogger:
         if not self.wants(event):
             return
         if self.json:
-            entry: dict[str, Any] = {"time": rfc3339_now(), "level": level or _level_of(message)}
-            if request_id is not None:
-                entry["request_id"] = request_id
-            if hook is not None:
-                entry["hook"] = hook
-            if event is not None:
-                entry["event"] = event
+            entry = self._entry(level or _level_of(message), request_id, hook, event)
             entry["msg"] = message.strip()
             if fields:
                 entry["fields"] = fields
             line = json_line(entry)
         else:
-            stamp = time.strftime("%Y/%m/%d %H:%M:%S")
-            prefix = f"{PREFIX}{stamp} " + (f"[{request_id}] " if request_id is not None else "")
-            line = prefix + message
+            line = self._prefix(request_id) + message
             if not line.endswith("\n"):
                 line += "\n"
         self._write(line)
 
+    def request_output(
+        self,
+        request_id: str,
+        opening: str,
+        output: bytes,
+        *,
+        hook: str | None = None,
+        event: str | None = None,
+    ) -> None:
+        """The entry `request(request_id, opening + output.decode("utf-8", "replace") + "\n")` writes, byte
+        for byte, written a piece at a time: a command's whole output is never held as text, nor its line
+        (a 50 MiB output was held four more times: the text, the message, the line and its bytes)."""
+        if not self.wants(event):
+            return
+        pieces = decoded_pieces(output)
+        if not self.json:
+            self._write_pieces(itertools.chain((self._prefix(request_id) + opening,), pieces, ("\n",)))
+            return
+        first = next(pieces)
+        level = _level_of(opening + first[:16])
+        entry = self._entry(level, request_id, hook, event)
+        entry["msg"] = sentinel = "\x00msg\x00"
+        line = json_line(entry)
+        head, found, tail = line.partition(json.dumps(sentinel))
+        if not found or line != json.dumps(entry, ensure_ascii=False) + "\n":
+            # A field that json_line repaired (bytes that are not UTF-8): the whole entry, as before.
+            whole = opening + "".join(itertools.chain((first,), pieces)) + "\n"
+            self.request(request_id, whole, hook=hook, event=event)
+            return
+        # The text has no surrogates (decoded with "replace"): json_line would leave its pieces as they are.
+        msg = _stripped(itertools.chain((opening, first), pieces))
+        escaped = (json.dumps(piece, ensure_ascii=False)[1:-1] for piece in msg)
+        self._write_pieces(itertools.chain((head + '"',), escaped, ('"' + tail,)))
+
+    def _prefix(self, request_id: str | None) -> str:
+        stamp = time.strftime("%Y/%m/%d %H:%M:%S")
+        return f"{PREFIX}{stamp} " + (f"[{request_id}] " if request_id is not None else "")
+
+    def _entry(
+        self, level: str, request_id: str | None, hook: str | None, event: str | None
+    ) -> dict[str, Any]:
+        entry: dict[str, Any] = {"time": rfc3339_now(), "level": level}
+        if request_id is not None:
+            entry["request_id"] = request_id
+        if hook is not None:
+            entry["hook"] = hook
+        if event is not None:
+            entry["event"] = event
+        return entry
+
     def _write(self, line: str) -> None:
-        # Go's log writes the bytes it is given: a byte that is not UTF-8 (a header value, say, kept as a
-        # surrogate) goes out as it came, where a text stream would write `\udcff` or `?`.
+        self._write_pieces((line,))
+
+    def _write_pieces(self, pieces: Iterable[str]) -> None:
+        """Write one line given in pieces, all of it under the lock (no other line comes between them).
+        Go's log writes the bytes it is given: a byte that is not UTF-8 (a header value, say, kept as a
+        surrogate) goes out as it came, where a text stream would write `\udcff` or `?`."""
         with self._lock:
             try:
                 buffer = getattr(self._stream, "buffer", None)
-                if buffer is None:
-                    self._stream.write(line)
-                else:
-                    try:
-                        data = line.encode("utf-8", "surrogateescape")
-                    except UnicodeEncodeError:  # a lone surrogate that stands for no byte
-                        data = line.encode("utf-8", "replace")
+                if buffer is not None:
                     self._stream.flush()
+                for piece in pieces:
+                    if buffer is None:
+                        self._stream.write(piece)
+                        continue
+                    try:
+                        data = piece.encode("utf-8", "surrogateescape")
+                    except UnicodeEncodeError:  # a lone surrogate that stands for no byte
+                        data = piece.encode("utf-8", "replace")
                     buffer.write(data)
+                if buffer is not None:
                     buffer.flush()
                 self._stream.flush()
             except (OSError, ValueError):
