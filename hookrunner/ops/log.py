@@ -9,9 +9,11 @@ import codecs
 import datetime
 import itertools
 import json
+import os
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
@@ -73,6 +75,44 @@ def _stripped(pieces: Iterable[str]) -> Iterator[str]:
         else:
             held += piece
     # the trailing whitespace is dropped
+
+
+def _is_utf8(data: bytes, piece: int) -> bool:
+    """Whether `data` is UTF-8 (decoded `piece` bytes at a time: no text of it is held whole)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    view = memoryview(data)
+    try:
+        for start in range(0, len(data), piece):
+            decoder.decode(view[start : start + piece])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _encoded(text: str) -> bytes:
+    """`text` as the log writes it: a byte that was not UTF-8 (kept as a surrogate) as it came."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that stands for no byte
+        return text.encode("utf-8", "replace")
+
+
+#: The most parts one writev(2) takes (Linux's IOV_MAX).
+_IOV_MAX = 1024
+
+
+def _write_all(fd: int, parts: list[bytes]) -> None:
+    """Write `parts` to `fd` in order, in as few writev(2) calls as the kernel allows."""
+    views = deque(memoryview(part) for part in parts if part)
+    while views:
+        written = os.writev(fd, list(itertools.islice(views, _IOV_MAX)))
+        while written:
+            if written >= len(views[0]):
+                written -= len(views.popleft())
+            else:
+                views[0] = views[0][written:]
+                written = 0
 
 
 def rfc3339_now() -> str:
@@ -149,20 +189,32 @@ class GoLogger:
         event: str | None = None,
     ) -> None:
         """The entry `request(request_id, opening + output.decode("utf-8", "replace") + "\n")` writes, byte
-        for byte, written a piece at a time: a command's whole output is never held as text, nor its line
-        (a 50 MiB output was held four more times: the text, the message, the line and its bytes)."""
+        for byte, in one write as before (no other process's line lands inside it), without the copies that
+        made: the text, the message, the line and its bytes (4 more of a 50 MiB output). A text line whose
+        output is UTF-8 is written from the output's own bytes; otherwise (bytes that are not UTF-8, or a
+        JSON entry, escaped) the line's bytes are made a piece at a time, one copy of the output in all."""
         if not self.wants(event):
             return
-        pieces = decoded_pieces(output)
+        buffer = getattr(self._stream, "buffer", None)
+        if len(output) <= OUTPUT_PIECE or buffer is None:  # the message as it always was, at its speed
+            self.request(
+                request_id, f"{opening}{output.decode('utf-8', 'replace')}\n", hook=hook, event=event
+            )
+            return
+        pieces = decoded_pieces(output, OUTPUT_PIECE)
         if not self.json:
-            self._write_pieces(itertools.chain((self._prefix(request_id) + opening,), pieces, ("\n",)))
+            head = _encoded(self._prefix(request_id) + opening)
+            if _is_utf8(output, OUTPUT_PIECE):  # decoded and encoded again, it is the same bytes
+                self._write_parts([head, output, b"\n"])
+            else:
+                self._write_parts([head, *map(_encoded, pieces), b"\n"])
             return
         first = next(pieces)
         level = _level_of(opening + first[:16])
         entry = self._entry(level, request_id, hook, event)
         entry["msg"] = sentinel = "\x00msg\x00"
         line = json_line(entry)
-        head, found, tail = line.partition(json.dumps(sentinel))
+        before, found, after = line.partition(json.dumps(sentinel))
         if not found or line != json.dumps(entry, ensure_ascii=False) + "\n":
             # A field that json_line repaired (bytes that are not UTF-8): the whole entry, as before.
             whole = opening + "".join(itertools.chain((first,), pieces)) + "\n"
@@ -170,8 +222,28 @@ class GoLogger:
             return
         # The text has no surrogates (decoded with "replace"): json_line would leave its pieces as they are.
         msg = _stripped(itertools.chain((opening, first), pieces))
-        escaped = (json.dumps(piece, ensure_ascii=False)[1:-1] for piece in msg)
-        self._write_pieces(itertools.chain((head + '"',), escaped, ('"' + tail,)))
+        escaped = (json.dumps(piece, ensure_ascii=False)[1:-1].encode() for piece in msg)
+        self._write_parts([_encoded(before + '"'), *escaped, _encoded('"' + after)])
+
+    def _write_parts(self, parts: list[bytes]) -> None:
+        """Write one line's bytes, given in parts, in one writev(2) where the stream has a descriptor (as
+        one write of the whole line was): a regular file or an O_APPEND one takes it whole, whatever other
+        process writes to it. Only a line of more than IOV_MAX parts (a GiB of output) takes more."""
+        with self._lock:
+            try:
+                self._stream.flush()
+                buffer = self._stream.buffer
+                buffer.flush()
+                try:
+                    fd = buffer.fileno()
+                except (OSError, ValueError):  # io.UnsupportedOperation: an in-memory stream
+                    for part in parts:
+                        buffer.write(part)
+                    buffer.flush()
+                    return
+                _write_all(fd, parts)
+            except (OSError, ValueError):
+                pass  # a closed or full log must never take a request down
 
     def _prefix(self, request_id: str | None) -> str:
         stamp = time.strftime("%Y/%m/%d %H:%M:%S")
@@ -190,27 +262,17 @@ class GoLogger:
         return entry
 
     def _write(self, line: str) -> None:
-        self._write_pieces((line,))
-
-    def _write_pieces(self, pieces: Iterable[str]) -> None:
-        """Write one line given in pieces, all of it under the lock (no other line comes between them).
-        Go's log writes the bytes it is given: a byte that is not UTF-8 (a header value, say, kept as a
-        surrogate) goes out as it came, where a text stream would write `\udcff` or `?`."""
+        # Go's log writes the bytes it is given: a byte that is not UTF-8 (a header value, say, kept as a
+        # surrogate) goes out as it came, where a text stream would write `\udcff` or `?`.
         with self._lock:
             try:
                 buffer = getattr(self._stream, "buffer", None)
-                if buffer is not None:
+                if buffer is None:
+                    self._stream.write(line)
+                else:
+                    data = _encoded(line)
                     self._stream.flush()
-                for piece in pieces:
-                    if buffer is None:
-                        self._stream.write(piece)
-                        continue
-                    try:
-                        data = piece.encode("utf-8", "surrogateescape")
-                    except UnicodeEncodeError:  # a lone surrogate that stands for no byte
-                        data = piece.encode("utf-8", "replace")
                     buffer.write(data)
-                if buffer is not None:
                     buffer.flush()
                 self._stream.flush()
             except (OSError, ValueError):

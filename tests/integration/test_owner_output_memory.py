@@ -30,9 +30,13 @@ exec head -c {SIZE} /dev/zero | tr '\\0' a
 #: The owner's growth allowed for one run of SIZE bytes: the one copy it keeps (grown in place as the
 #: output comes, up to an eighth over its size: CPython's BytesIO), the log's pieces (1 MiB at a time) and
 #: the pipe's and the wire's bounded buffers (64 KiB frames, pulled as each worker's socket takes them),
-#: with room for the allocator's slack and the interpreter's own churn: 1.08-1.14x measured. The code
-#: before held 5 copies at its peak with -verbose (5.0x measured; 7.0x with -log-format json), 2 without.
-BOUND = 2.5 * SIZE
+#: with room for the allocator's slack and the interpreter's own churn: 1.04-1.10x measured. The code
+#: before held 5 copies at its peak with -verbose (5.0x measured), 2 without (the chunks and their join).
+BOUND = 1.6 * SIZE
+
+#: A JSON log's line holds a second copy: the output escaped, which goes out in one writev(2) as the
+#: whole line did (so that no other process's line lands inside it): 2.06x measured, 7.0x before.
+JSON_BOUND = 2.6 * SIZE
 
 CAPTURE = {"include-command-output-in-response": True}
 
@@ -108,7 +112,9 @@ def test_the_run_owner_holds_one_copy_of_a_50_mib_output(
     print(
         f"{case}: the run owner rested at {rest_kib / 1024:.1f} MiB and grew {grown / SIZE:.2f}x the output"
     )
-    assert grown < BOUND, f"the run owner grew {grown / MiB:.1f} MiB for a {SIZE / MiB:.0f} MiB output"
+    assert grown < (JSON_BOUND if "json" in case else BOUND), (
+        f"the run owner grew {grown / MiB:.1f} MiB for a {SIZE / MiB:.0f} MiB output"
+    )
     # The log has the output, whole, on its line.
     if "json" in case:
         assert f'"msg": "command output: {"a" * SIZE}"' in server.log

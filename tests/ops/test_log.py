@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Callable
+from pathlib import Path
 from random import Random
 
 import pytest
@@ -106,11 +108,20 @@ def test_a_fatal_entry_is_written_with_the_log_off_and_nothing_else_is() -> None
     assert TEXT_LINE.match(line).group(1) == "run journal: cannot use x: file is not a database; not starting"  # type: ignore[union-attr]
 
 
-def _binary_logger(fmt: str) -> tuple[GoLogger, io.BytesIO]:
-    """A logger on a text stream with a buffer underneath, as stderr and -logfile are (bytes as they go out)."""
-    raw = io.BytesIO()
-    stream = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", write_through=True)
-    return GoLogger(stream, enabled=True, fmt=fmt), raw
+def _binary_logger(fmt: str, where: Path | None) -> tuple[GoLogger, Callable[[], bytes]]:
+    """A logger on a text stream with a buffer underneath, as stderr and -logfile are: in memory, or on a
+    file (-logfile's way of opening it) whose descriptor the line is written to; and what it wrote."""
+    if where is None:
+        raw = io.BytesIO()
+        stream = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", write_through=True)
+        return GoLogger(stream, enabled=True, fmt=fmt), raw.getvalue
+    stream = open(where, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed once read
+
+    def written() -> bytes:
+        stream.close()
+        return where.read_bytes()
+
+    return GoLogger(stream, enabled=True, fmt=fmt), written
 
 
 #: Byte sequences that the pieces of an output may cut through: UTF-8 of 2, 3 and 4 bytes, bytes that are not
@@ -119,23 +130,27 @@ OUTPUT_ALPHABET = [b"\xc3\xa9", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", b"a", b"\x
 OUTPUT_ALPHABET += [b"\xf4\x90", b" ", b"\n", b"\t", b"\xe3\x80\x80", b'"', b"\\", b"\x00", b"\x1f"]
 
 
+@pytest.mark.parametrize("on_file", [False, True], ids=["in memory", "on a file"])
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_an_output_written_in_pieces_is_the_line_it_was_as_one_message(
-    fmt: str, monkeypatch: pytest.MonkeyPatch
+    fmt: str, on_file: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """request_output writes, byte for byte, what request() wrote for the whole decoded output, whatever
-    the pieces cut through (a few bytes a piece here, 1 MiB in use), for any request id."""
+    the pieces cut through (a few bytes a piece here, 1 MiB in use; an output of one piece is written as
+    one message), for any request id."""
     random = Random(7)
     stamp = re.compile(rb'^\[webhook\] [0-9/: ]{20}|"time": "[^"]*"')
-    for _ in range(600):
+    for n in range(300):
         data = b"".join(random.choice(OUTPUT_ALPHABET) for _ in range(random.randint(0, 30)))
-        monkeypatch.setattr(log_module.decoded_pieces, "__defaults__", (random.randint(1, 5),))
+        if n % 10 == 0:  # UTF-8 throughout: a text line is written from the output's own bytes
+            data = data.decode("utf-8", "replace").encode()
+        monkeypatch.setattr(log_module, "OUTPUT_PIECE", random.randint(1, 5))
         rid = random.choice(["ab12cd", "r\udcc3\udca9", "x\ud800y"])
-        whole, whole_raw = _binary_logger(fmt)
+        whole, whole_written = _binary_logger(fmt, tmp_path / f"whole-{n}" if on_file else None)
         whole.request(rid, f"command output: {data.decode('utf-8', 'replace')}\n", hook="h", event="out")
-        pieces, pieces_raw = _binary_logger(fmt)
+        pieces, pieces_written = _binary_logger(fmt, tmp_path / f"pieces-{n}" if on_file else None)
         pieces.request_output(rid, "command output: ", data, hook="h", event="out")
-        expected, written = (stamp.sub(b"", raw.getvalue()) for raw in (whole_raw, pieces_raw))
+        expected, written = (stamp.sub(b"", read()) for read in (whole_written, pieces_written))
         assert written == expected, (data, rid)
 
 
