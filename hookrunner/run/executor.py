@@ -438,9 +438,8 @@ class CommandRunner:
         if held is not None:  # its finish keeps it for a request waiting on another replica
             held.output = output
         metrics.record_run(hook.id, metrics.exit_status_label(error), time.monotonic() - started)
-        if log.wants("command_output"):
-            text = output.decode("utf-8", "replace")
-            log.request(rid, f"command output: {text}\n", hook=hook.id, event="command_output")
+        # With no whole copy of the output: it is the one copy the run holds (ops/log.py, request_output).
+        log.request_output(rid, "command output: ", output, hook=hook.id, event="command_output")
         if error is not None:
             log.request(rid, f"error occurred: {error}\n", hook=hook.id, event="command_failed")
         for name in files:

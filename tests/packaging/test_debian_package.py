@@ -13,7 +13,8 @@ already on disk, and every request is sent from inside the container to its own 
 - with hookrunner.socket, connections made during restarts are all answered;
 - `systemctl stop` ends every process of the commands, those that left their group included;
 - `apt-get remove` leaves /etc/webhook.conf, and `purge` removes the state;
-- without systemd, /usr/bin/hookrunner runs and serves.
+- without systemd, /usr/bin/hookrunner runs and serves;
+- the bundled psycopg (the `postgres` extra) serves `-state-url`.
 
 Where podman or the packaging tools are missing the tests are skipped with a loud reason;
 HOOKRUNNER_REQUIRE_DEB (.ci/run sets it) turns that into a failure.
@@ -479,3 +480,32 @@ def test_without_systemd_the_command_runs_and_serves(base: str, deb: Path) -> No
     done = podman("run", "--rm", "--network=none", *ULIMITS, "-v", f"{deb}:/tmp/{deb.name}:ro", base,
                   "sh", "-c", script, timeout=180, check=False)
     assert done.returncode == 0 and done.stdout == "\n", done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_the_bundled_shared_libraries_are_the_packages_own(deb: Path) -> None:
+    """psycopg-binary's libpq, libssl and the rest are private to the environment: no shlibs file offers them
+    to other packages, and no ldconfig trigger is activated for them."""
+    info = subprocess.run(["dpkg-deb", "-I", str(deb)], capture_output=True, text=True, check=True).stdout
+    members = set(re.findall(r"^ +\d+ bytes, +\d+ lines +\*? *(\S+)", info, re.M))
+    assert {"control", "postinst"} <= members and not {"shlibs", "triggers"} & members, info
+
+
+def test_the_packages_hookrunner_can_use_a_postgresql_run_state(base: str, deb: Path) -> None:
+    """The `postgres` extra is bundled (packaging/requirements.lock): -state-url reaches psycopg, whose binary
+    build (libpq in its wheel; Debian's libpq5 is not a dependency) is the one loaded, and a database that
+    is not there is the error, not a missing extra."""
+    script = (
+        f"dpkg -i /tmp/{deb.name} >/dev/null && echo '[]' > /tmp/hooks.json && "
+        "/usr/lib/hookrunner/bin/python -c 'import psycopg; print(psycopg.pq.__impl__)' && "
+        "timeout 60 hookrunner -hooks /tmp/hooks.json -ip 127.0.0.1 "
+        "-state-url postgresql://hookrunner@127.0.0.1:1/none 2>&1; echo exit $?"
+    )
+    mount = f"{deb}:/tmp/{deb.name}:ro"
+    done = podman(
+        "run", "--rm", "--network=none", *ULIMITS, "-v", mount, base, "sh", "-c", script, timeout=180
+    )
+    out = done.stdout
+    assert out.startswith("binary\n") and "PostgreSQL is unavailable: connection failed" in out, (
+        out + done.stderr
+    )
+    assert "needs the postgres extra" not in out and out.endswith("exit 1\n"), out
