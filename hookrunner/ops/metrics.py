@@ -8,11 +8,13 @@ sets. Without `-metrics` nothing is created and every recorder is a no-op.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Histogram
     from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import Collector
 
 # Request outcomes (the `outcome` label of hookrunner_requests_total).
 SERVED = "served"  # rules satisfied, command started (or run, when its output is captured)
@@ -74,8 +76,15 @@ def exit_status_label(error: str | None) -> str:
 
 
 #: The host's families' exposition from where they are kept (the run owner), in OpenMetrics text; None when
-#: it cannot be had now (those families are then left out of the scrape).
+#: it cannot be had now (the scrape then fails with HostMetricsAway).
 HostSource = Callable[[], bytes | None]
+
+
+class HostMetricsAway(Exception):
+    """The host's families are kept in another process (the run owner) that did not give them in time (not
+    yet greeted at start, stopped, being replaced). Every family is the host's, so a scrape without them
+    would be an empty `200`, which Prometheus records as a target with no series: it is answered `503`
+    instead, which Prometheus records as a failed scrape (`up` 0)."""
 
 
 class Host(Protocol):
@@ -107,15 +116,16 @@ class Metrics:
     The host's families (requests, commands finished, their durations, running, queued, journal events)
     are kept in `host`, a registry of their own, counted where the runs are. Where that is another process
     (a worker, whose runs the run owner starts: docs/run-state.md), `elsewhere` is that process: a request
-    is counted there, and `registry` shows its exposition in place of this process's own. Hooks loaded and
+    is counted there, and a scrape shows its exposition in place of this process's own. Hooks loaded and
     reloads are the host's too: the run owner reloads the hooks for every worker (step 9)."""
 
     def __init__(self, hooks: HooksSource, runner: RunnerSource, elsewhere: Host | None = None) -> None:
         # Imported here: without -metrics, start-up does not pay for prometheus_client.
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-        self.registry: CollectorRegistry = CollectorRegistry()
         self.host: CollectorRegistry = CollectorRegistry()
+        #: Where the host's families are read when they are another process's (None: `host`, here).
+        self._elsewhere: HostSource | None = None if elsewhere is None else elsewhere.run_metrics
         #: Where a request is counted when that is another process (None: here).
         self.count_elsewhere = None if elsewhere is None else elsewhere.count
         self.requests: Counter = Counter(
@@ -165,8 +175,6 @@ class Metrics:
         )
         for event in JOURNAL_EVENTS:
             self.journal.labels(event=event)
-        local = self.host.collect
-        self.registry.register(_Families(local if elsewhere is None else _parsed(elsewhere.run_metrics)))
 
     def host_exposition(self) -> bytes:
         """The host's families alone in OpenMetrics text: what a worker's scrape asks the run owner for."""
@@ -175,24 +183,28 @@ class Metrics:
         return bytes(generate_latest(self.host))
 
     def exposition(self, accept: str) -> tuple[bytes, str]:
-        """The registry in the format the scraper asked for (Prometheus text, or OpenMetrics)."""
+        """The host's families in the format the scraper asked for (Prometheus text, or OpenMetrics); raises
+        HostMetricsAway when they are another process's and it does not give them."""
         from prometheus_client.exposition import choose_encoder
 
         encoder, content_type = choose_encoder(accept)
-        return encoder(self.registry), content_type
+        return encoder(self._scraped()), content_type
+
+    def _scraped(self) -> Collector:
+        """What this scrape shows: `host`, or the families the process that keeps them gives now."""
+        if self._elsewhere is None:
+            return self.host
+        text = self._elsewhere()
+        if text is None:
+            raise HostMetricsAway("the run owner gave no metrics")
+        return _Families(partial(_parsed, text))
 
 
-def _parsed(source: HostSource) -> Callable[[], Iterator[Metric]]:
-    """The families of the OpenMetrics text `source` gives, read again at each scrape."""
+def _parsed(text: bytes) -> Iterator[Metric]:
+    """The families of an OpenMetrics text."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-    def families() -> Iterator[Metric]:
-        from prometheus_client.openmetrics.parser import text_string_to_metric_families
-
-        text = source()
-        if text is not None:
-            yield from text_string_to_metric_families(text.decode("utf-8"))
-
-    return families
+    return text_string_to_metric_families(text.decode("utf-8"))
 
 
 #: Set once at start-up by enable(), like the process-wide logger; None means -metrics is off.

@@ -34,6 +34,11 @@ ANSWER_WAIT = 10.0
 #: restarted by the master) before it fails as OwnerUnavailable.
 HELLO_WAIT = 1.0
 
+#: How long a `/metrics` scrape waits for the owner's counters (after the `hello`, if there was none yet)
+#: before it is answered 503 (docs/observability.md): with HELLO_WAIT, well inside Prometheus's default
+#: scrape_timeout (10 s), so the scraper records the 503 rather than its own timeout.
+METRICS_WAIT = 5.0
+
 #: How many seconds a request refused for want of an owner tells its client to wait.
 RETRY_AFTER = 1
 
@@ -95,6 +100,7 @@ class OwnerClient:
         self.start_wait = START_WAIT
         self.answer_wait = ANSWER_WAIT
         self.hello_wait = HELLO_WAIT
+        self.metrics_wait = METRICS_WAIT
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._sent: dict[int, _Sent] = {}
@@ -181,12 +187,8 @@ class OwnerClient:
     ) -> Future[CommandResult]:
         spec = prepare(hook, req)
         group = coalesce_group(hook, req)
-        if not self._hello:
-            deadline = time.monotonic() + self.hello_wait
-            while not self._hello and time.monotonic() < deadline:
-                self.waits.sleep(0.01)
-            if not self._hello:
-                raise OwnerUnavailable("no run owner")
+        if not self._await_hello():
+            raise OwnerUnavailable("no run owner")
         number = next(self._numbers)
         sent = _Sent(hook.id, self.waits.event(), self.waits.event())
         sent.on_output = on_output
@@ -227,8 +229,9 @@ class OwnerClient:
 
     def run_metrics(self) -> bytes | None:
         """The host's families (the run metrics and the requests) in OpenMetrics text, asked of the owner
-        (ops/metrics.py's `elsewhere`); None when the owner does not answer."""
-        answer = self._ask("metrics")
+        (ops/metrics.py's `elsewhere`); None when the owner does not answer within `hello_wait` for its
+        `hello` (at start, or while it is replaced) and `metrics_wait` for its answer."""
+        answer = self._ask("metrics", self.metrics_wait) if self._await_hello() else None
         if answer is None:
             log.output("run owner client: no run metrics from the run owner", level="warn")
         return None if answer is None else answer.output
@@ -269,8 +272,16 @@ class OwnerClient:
         answer = self._ask("ready")
         return answer is not None and answer.ok
 
-    def _ask(self, kind: str) -> CommandResult | None:
-        """Ask the owner a question (`metrics`, `ready`) and wait for its answer, `answer_wait` at most."""
+    def _await_hello(self) -> bool:
+        """Whether the owner has said `hello`, waiting `hello_wait` at most for it when it has not."""
+        deadline = time.monotonic() + self.hello_wait
+        while not self._hello and time.monotonic() < deadline:
+            self.waits.sleep(0.01)
+        return self._hello
+
+    def _ask(self, kind: str, wait: float | None = None) -> CommandResult | None:
+        """Ask the owner a question (`metrics`, `ready`) and wait for its answer, `wait` (else `answer_wait`)
+        at most; None at once when it has not said `hello`."""
         if not self._hello:
             return None
         number = next(self._numbers)
@@ -279,7 +290,8 @@ class OwnerClient:
             self._sent[number] = sent
         try:
             self._send([wire.Message(kind, {"id": number})])
-            if sent.answered.wait(self.answer_wait) and sent.error is None and sent.future.done():
+            answered = sent.answered.wait(self.answer_wait if wait is None else wait)
+            if answered and sent.error is None and sent.future.done():
                 return sent.future.result()
         except (OSError, wire.PeerGone, wire.WireError, OwnerUnavailable):
             pass

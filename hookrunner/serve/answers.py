@@ -16,6 +16,7 @@ from hookrunner.golang.sniff import detect_content_type
 from hookrunner.golang.status import status_line
 from hookrunner.hooks.request import canonical_header_key
 from hookrunner.ops.log import log
+from hookrunner.ops.metrics import HostMetricsAway, Metrics
 from hookrunner.serve.protocol import ChunkLengthTooLarge
 
 MSG_NOT_FOUND = b"Hook not found."
@@ -28,6 +29,10 @@ MSG_COMMAND_ERROR = (
 #: -state-dir's journal cannot record a run (answered 503 with Retry-After; also /healthz?ready's text).
 MSG_UNJOURNALED = b"The run journal cannot be written; try again later."
 MSG_UNAVAILABLE = b"Runs cannot be accepted now; try again later."
+#: /metrics when the run owner, which keeps the host's counters, does not give them (docs/observability.md).
+MSG_NO_METRICS = b"The metrics cannot be read now; try again later."
+#: Retry-After of that answer, in seconds: the owner is being greeted, replaced or is stopped.
+METRICS_RETRY_AFTER = 1
 TEXT_PLAIN = "text/plain; charset=utf-8"
 #: Where the server puts the request's headers as a list of (name, value), repeats included.
 HEADER_LIST_KEY = "hookrunner.header_list"
@@ -274,3 +279,13 @@ class CappedInput:
             raise RequestEntityTooLarge()
         self._left -= len(data)
         return data
+
+
+def metrics_answer(metrics: Metrics, accept: str, headers: dict[str, str]) -> Answer:
+    """`/metrics` with -metrics: the exposition in the format `accept` asks for, or `503` with Retry-After,
+    never an empty `200`, when the run owner does not give the host's counters (ops/metrics.py)."""
+    try:
+        body, content_type = metrics.exposition(accept)
+    except HostMetricsAway:
+        return answer(503, MSG_NO_METRICS, {**headers, "Retry-After": str(METRICS_RETRY_AFTER)}, TEXT_PLAIN)
+    return answer(200, body, headers, content_type)

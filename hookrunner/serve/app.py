@@ -59,6 +59,7 @@ from hookrunner.serve.answers import (
     go_request_headers,
     go_request_path,
     humanize_bytes,
+    metrics_answer,
     read_body,
 )
 from hookrunner.serve.proxies import forwarded_client, parse_networks
@@ -213,8 +214,7 @@ class HookApp:
             response = answer(405, b"", {**self.global_headers, "Allow": "GET, HEAD"})
         elif kind == "metrics":
             assert self.metrics is not None
-            body, content_type = self.metrics.exposition(request.headers.get("Accept", ""))
-            response = answer(200, body, self.global_headers, content_type)
+            response = metrics_answer(self.metrics, request.headers.get("Accept", ""), self.global_headers)
         elif "ready" in request.args and len(self.registry) == 0:
             # Readiness: a runner whose hooks files gave no hooks should get no traffic.
             response = answer(503, b"No hooks are loaded.", self.global_headers, TEXT_PLAIN)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from integration_harness import http_request
 from prometheus_client.parser import text_string_to_metric_families
-from test_serving import LOG_LINE, Server, python_hook, wait_until
+from test_serving import LOG_LINE, Server, python_hook, run_owner_pids, wait_until
 
 SECRET = "hmac-key-that-must-never-be-logged"
 TOKEN = "shared-token-that-must-never-be-logged"
@@ -170,9 +170,36 @@ def test_without_the_flag_metrics_is_gos_404_and_a_hook_may_own_it(tmp_path: Pat
     assert (answer.status, answer.body) == (404, b"404 page not found\n")
     noprefix = start(tmp_path, servers, hooks, "-urlprefix=")
     assert http_request(noprefix.port, "GET", "/metrics").body == b"the hook"
-    # With -metrics, /metrics is the metrics, as docs/observability.md says.
+    # With -metrics, /metrics is the metrics, as docs/observability.md says; the host's, which the run owner
+    # keeps: asked once the worker has one (readiness), since `/` answers before the owner greets it.
     both = start(tmp_path, servers, hooks, "-urlprefix=", "-metrics")
+    assert wait_until(lambda: http_request(both.port, "GET", "/healthz?ready").status == 200), both.log
     assert b"hookrunner_hooks_loaded 1.0" in http_request(both.port, "GET", "/metrics").body
+
+
+def test_a_scrape_the_run_owner_cannot_answer_is_503_never_an_empty_200(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    """Every family is the host's, kept by the run owner: a scrape it does not answer (stopped here; at start,
+    before its hello; while it is replaced) fails as Prometheus expects a target that cannot be read to."""
+    hooks = [{"id": "pushed", "execute-command": "/bin/true"}]
+    server = start(tmp_path, servers, hooks, "-metrics")
+    assert wait_until(lambda: http_request(server.port, "GET", "/healthz?ready").status == 200), server.log
+    assert http_request(server.port, "POST", "/hooks/pushed").status == 200
+    owner = run_owner_pids(server.process.pid)[0]
+    os.kill(owner, signal.SIGSTOP)
+    try:
+        away = http_request(server.port, "GET", "/metrics")
+    finally:
+        os.kill(owner, signal.SIGCONT)
+    assert (away.status, away.body) == (503, b"The metrics cannot be read now; try again later.")
+    assert away.header("Retry-After") == "1"
+    assert away.header("Content-Type") == "text/plain; charset=utf-8"
+    # The owner back, the same counters: nothing was lost meanwhile.
+    got = samples(server)
+    assert got[("hookrunner_requests_total", (("hook", "pushed"), ("outcome", "served")))] == 1
+    assert got[("hookrunner_hooks_loaded", ())] == 1
+    assert "Traceback" not in server.log
 
 
 # --- JSON logs ----------------------------------------------------------------------------------------

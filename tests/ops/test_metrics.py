@@ -118,7 +118,7 @@ def test_observability_flags() -> None:
 class Elsewhere:
     """A run owner as a worker's metrics see it: the host's families come from it, requests go to it."""
 
-    def __init__(self, text: bytes) -> None:
+    def __init__(self, text: bytes | None) -> None:
         self.text = text
         self.counted: list[tuple[str, str]] = []
 
@@ -152,6 +152,19 @@ def test_a_worker_counts_its_requests_elsewhere_and_shows_the_hosts_totals() -> 
     assert requests == {("hookrunner_requests_total", (("hook", "a"), ("outcome", "served"))): 5}
     assert got[("hookrunner_reloads_total", (("result", "success"),))] == 2
     assert got[("hookrunner_hooks_loaded", ())] == 3
+
+
+def test_a_scrape_without_the_hosts_families_fails_rather_than_showing_none() -> None:
+    """Every family is the host's: when its keeper gives none, the scrape raises (answered 503), never an
+    empty exposition, which Prometheus would record as a target with no series."""
+    away = Elsewhere(None)
+    worker = metrics.Metrics(Hooks(), Runner(), away)
+    with pytest.raises(metrics.HostMetricsAway):
+        worker.exposition("")
+    with pytest.raises(metrics.HostMetricsAway):
+        worker.exposition("application/openmetrics-text; version=1.0.0")
+    away.text = metrics.Metrics(Hooks(), Runner()).host_exposition()
+    assert scrape(worker)[("hookrunner_hooks_loaded", ())] == 3
 
 
 def test_count_request_takes_only_outcomes_it_knows(enabled: metrics.Metrics) -> None:

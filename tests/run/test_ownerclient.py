@@ -337,6 +337,32 @@ def test_a_new_owner_is_greeted_again(pair: tuple[OwnerClient, ScriptedOwner]) -
 def test_a_question_unanswered_is_no_answer(pair: tuple[OwnerClient, ScriptedOwner]) -> None:
     client, _owner = pair
     assert wait_until(lambda: client.owner_pid == 4242)  # the owner said hello: questions are asked
-    client.answer_wait = 0.2
+    client.answer_wait = client.metrics_wait = 0.2
     assert client.run_metrics() is None
     assert not client.accepts_runs()
+
+
+def test_a_scrape_before_the_owners_hello_waits_for_it_a_bounded_moment(pool: ThreadPoolExecutor) -> None:
+    """/metrics asked before the owner's hello (the worker's start, an owner replaced) is asked once the hello
+    comes within `hello_wait`; with none, it is no answer (a 503, not an empty 200: ops/metrics.py)."""
+    worker_end, owner_end = wire.pair()
+    client = OwnerClient(worker_end, spawn)
+    client.hello_wait = 0.3
+    client.connect()
+    owner = ScriptedOwner(owner_end)
+    try:
+        assert wire.receive(owner_end)[0].kind == "hello"
+        started = time.monotonic()
+        assert client.run_metrics() is None  # no hello: nothing asked
+        assert time.monotonic() - started >= 0.3
+        client.hello_wait = 10
+        asked = pool.submit(client.run_metrics)
+        time.sleep(0.2)
+        owner.hello()
+        while (message := wire.receive(owner_end)[0]).kind != "metrics":
+            pass
+        owner.answer("metrics", message["id"], b"# EOF\n")
+        assert asked.result(timeout=5) == b"# EOF\n"
+    finally:
+        client.close()
+        owner_end.close()

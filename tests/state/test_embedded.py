@@ -122,6 +122,8 @@ def test_an_event_loop_waits_on_the_waiters_descriptor_and_keeps_running_meanwhi
     assert not waiter.wait(0)
     claimed: list[int] = []
     ticks: list[int] = []
+    ticked = threading.Event()  # the other greenlet ran 5 times while the owner waited
+    ticked_first: list[bool] = []
 
     def owner() -> None:  # the owner's loop: not monkey-patched, so it waits on the descriptor
         gevent.socket.wait_read(waiter.fileno(), timeout=10)
@@ -131,16 +133,25 @@ def test_an_event_loop_waits_on_the_waiters_descriptor_and_keeps_running_meanwhi
     def ticker() -> None:  # another greenlet of the loop, which must run while the owner waits
         while not claimed:
             ticks.append(1)
+            if len(ticks) == 5:
+                ticked.set()
             gevent.sleep(0.01)
 
-    # The run ends on a native thread (where the owner starts processes), 0.2 s from now.
-    finisher = threading.Timer(0.2, lambda: state.finish(claim, Outcome("exit status 0")))
+    def finish() -> None:
+        # The run ends on a native thread (where the owner starts processes) once the loop has shown that it
+        # goes on while the owner waits: counted, not timed (a fixed 0.2 s saw 3 or 4 ticks when the process
+        # got a ninth of a core, as at load 14 on 2 cores). A loop held by the wait never ticks 5 times: the
+        # run then ends after 10 s so that the owner wakes, and the test fails on `ticked_first`.
+        ticked_first.append(ticked.wait(10))
+        state.finish(claim, Outcome("exit status 0"))
+
+    finisher = threading.Thread(target=finish)
     finisher.start()
     greenlets = [gevent.spawn(owner), gevent.spawn(ticker)]
     gevent.joinall(greenlets, timeout=20, raise_error=True)
     finisher.join()
     assert claimed == [queued.run_id]
-    assert len(ticks) >= 5  # the loop went on: 0.2 s of 10 ms ticks, give or take a loaded machine
+    assert ticked_first == [True], len(ticks)  # the loop went on while the owner waited on the descriptor
     state.close()
     assert waiter.wait(0)  # close wakes a waiter, and gives the descriptor back
 
