@@ -115,6 +115,9 @@ class _Connection:
         self.reading = True
         #: The hooks generation the worker said it serves (its hello, then each `reloaded`).
         self.generation = 0
+        #: The hooks generation last sent on this connection (Owner._send_hooks): a hello written before
+        #: the worker read it names an older one, and is not sent it twice.
+        self.sent_generation: int | None = None
         #: The stream runs of this connection that take `credit`, by the worker's number.
         self.streams: dict[int, OwnerStream] = {}
 
@@ -353,9 +356,11 @@ class Owner:
     def _send_hooks(self, connection: _Connection) -> None:
         with self._lock:
             hooks = self._hooks
-        if hooks is not None:
-            generation, fields, data = hooks
-            connection.send_all(_framed("reload_part", "reload", generation, data, fields))
+            if hooks is None or connection.sent_generation == hooks[0]:
+                return
+            connection.sent_generation = hooks[0]
+        generation, fields, data = hooks
+        connection.send_all(_framed("reload_part", "reload", generation, data, fields))
 
     def _serve(self, connection: _Connection) -> None:
         """The reader of one connection: every message until the worker's end; every error is the worker's."""

@@ -60,3 +60,38 @@ def test_a_generation_reaches_every_worker_and_one_that_does_not_answer_is_named
         # Each worker that applied it answered `reloaded`: the next generation is waited for by them alone.
         assert made.owner.publish_hooks(2, *pack([("/b", None)]), wait=2.0) == [103]
         assert wait_until(lambda: all(len(got[pid]) == 2 for pid in (101, 102, 104)))
+
+
+def test_a_hello_that_crossed_a_generation_already_sent_is_not_sent_it_again() -> None:
+    """A worker's hello names the generation it served when it wrote it; one published before the owner
+    read that hello was already sent on the connection, and is not sent twice (under load a worker
+    applied generation 1 twice when its hello came after the publish)."""
+    with host(0) as made:
+        raw = made.raw_worker(201)
+        assert wait_until(lambda: made.owner.workers == [201])
+        fields, data = pack(FILES)
+        # The worker has not said hello yet: the generation goes out, nobody answers within the wait.
+        assert made.owner.publish_hooks(1, fields, data, wait=0.05) == [201]
+        wire.send(raw, wire.Message("hello", {"version": wire.VERSION, "pid": 201, "generation": 0}))
+        raw.settimeout(0.5)
+        kinds = []
+        try:
+            while True:
+                message, _ = wire.receive(raw)
+                kinds.append(message.kind)
+        except TimeoutError:
+            pass
+        assert kinds[0] == "hello" and kinds.count("reload") == 1, kinds
+        # The same for the next generation (a worker that connects anew, or to a new owner, has a new
+        # connection, which is sent the current generation at its hello: the test above).
+        wire.send(raw, wire.Message("reloaded", {"generation": 1}))
+        made.owner.publish_hooks(2, *pack([("/c", None)]), wait=0.05)
+        wire.send(raw, wire.Message("hello", {"version": wire.VERSION, "pid": 201, "generation": 1}))
+        kinds = []
+        try:
+            while True:
+                message, _ = wire.receive(raw)
+                kinds.append(message.kind)
+        except TimeoutError:
+            pass
+        assert kinds.count("reload") == 1, kinds
