@@ -214,7 +214,7 @@ class GoLogger:
         entry = self._entry(level, request_id, hook, event)
         entry["msg"] = sentinel = "\x00msg\x00"
         line = json_line(entry)
-        before, found, after = line.partition(json.dumps(sentinel))
+        before, found, after = line.rpartition(json.dumps(sentinel))  # msg is the entry's last key
         if not found or line != json.dumps(entry, ensure_ascii=False) + "\n":
             # A field that json_line repaired (bytes that are not UTF-8): the whole entry, as before.
             whole = opening + "".join(itertools.chain((first,), pieces)) + "\n"
@@ -228,7 +228,8 @@ class GoLogger:
     def _write_parts(self, parts: list[bytes]) -> None:
         """Write one line's bytes, given in parts, in one writev(2) where the stream has a descriptor (as
         one write of the whole line was): a regular file or an O_APPEND one takes it whole, whatever other
-        process writes to it. Only a line of more than IOV_MAX parts (a GiB of output) takes more."""
+        process writes to it. Only a line of more than IOV_MAX parts takes more: from about 512 MiB of
+        output in a JSON entry (up to two parts a 1 MiB piece), 1 GiB in a text line."""
         with self._lock:
             try:
                 self._stream.flush()

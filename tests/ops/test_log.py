@@ -146,12 +146,35 @@ def test_an_output_written_in_pieces_is_the_line_it_was_as_one_message(
             data = data.decode("utf-8", "replace").encode()
         monkeypatch.setattr(log_module, "OUTPUT_PIECE", random.randint(1, 5))
         rid = random.choice(["ab12cd", "r\udcc3\udca9", "x\ud800y"])
+        hook = random.choice(["h", "\x00msg\x00"])  # the JSON entry's placeholder for the message, as a field
         whole, whole_written = _binary_logger(fmt, tmp_path / f"whole-{n}" if on_file else None)
-        whole.request(rid, f"command output: {data.decode('utf-8', 'replace')}\n", hook="h", event="out")
+        whole.request(rid, f"command output: {data.decode('utf-8', 'replace')}\n", hook=hook, event="out")
         pieces, pieces_written = _binary_logger(fmt, tmp_path / f"pieces-{n}" if on_file else None)
-        pieces.request_output(rid, "command output: ", data, hook="h", event="out")
+        pieces.request_output(rid, "command output: ", data, hook=hook, event="out")
         expected, written = (stamp.sub(b"", read()) for read in (whole_written, pieces_written))
         assert written == expected, (data, rid)
+
+
+def test_a_line_the_kernel_takes_in_short_writes_is_written_whole_and_in_order(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """writev(2) may take fewer bytes than it was given (a pipe, a signal): the rest follows, in order, from
+    where it stopped, also inside a part and across more parts than one call takes."""
+    random = Random(11)
+    real_writev = log_module.os.writev
+
+    def short_writev(fd: int, buffers: list[memoryview]) -> int:
+        joined = b"".join(buffers)
+        return int(real_writev(fd, [joined[: random.randint(1, len(joined))]]))
+
+    monkeypatch.setattr(log_module.os, "writev", short_writev)
+    monkeypatch.setattr(log_module, "_IOV_MAX", 3)
+    for n in range(100):
+        parts = [bytes([65 + i % 26]) * random.randint(0, 40) for i in range(random.randint(1, 12))]
+        where = tmp_path / f"short-{n}"
+        with open(where, "wb") as file:
+            log_module._write_all(file.fileno(), parts)
+        assert where.read_bytes() == b"".join(parts)
 
 
 def test_a_disabled_logger_writes_no_output() -> None:
