@@ -538,7 +538,7 @@ def _run(config: Config, listener: Listener, admin: AdminListener | None = None)
     log.output(f"version {hookrunner_version()} starting")
     log.output("setting up os signal watcher")
 
-    registry = HookRegistry(config.hooks_files, config.template)
+    registry = HookRegistry(config.hooks_files, config.template, digests=config.hotreload)
     try:
         registry.load_initial()
     except DuplicateHookError as err:
