@@ -364,7 +364,7 @@ def load_server_code(config: Config) -> None:
 
     The master loads the worker's code and the run owner's and builds the app (serve/arbiter.py) before
     it forks them: the run owner and every worker share one copy of Flask, gevent, OpenSSL and the run
-    path, which a memory cgroup charges once (docs/operations.md, "How many workers"; docs/performance.md,
+    path, which a memory cgroup charges once (docs/operations.md, "Process model"; docs/performance.md,
     memory at rest). Each optional library is still loaded only with the flag that needs it; with
     -setuid/-setgid, every library a flag or a later reload may need."""
     defer_worker_modules(config)

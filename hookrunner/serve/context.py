@@ -108,7 +108,7 @@ class _Context:
     owner_link: socket.socket | None = None
     #: Builds the WSGI app and the runner behind it through load_app, once, in the master before it forks
     #: the run owner and the workers: they all share its pages, which a memory cgroup charges once
-    #: (docs/operations.md, "How many workers"; docs/performance.md, memory at rest).
+    #: (docs/operations.md, "Process model"; docs/performance.md, memory at rest).
     build: Callable[[], tuple[Any, Runner]]
     wsgi_app: Any = None
 
