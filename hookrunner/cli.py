@@ -104,8 +104,8 @@ def _defer(name: str, **known: Any) -> None:
 
 #: Modules that gunicorn imports when the master imports it but that only a worker uses, if at all:
 #: email.utils (the Date header), html (error pages; its entity table alone is ~0.4 MiB), pickle (logging's
-#: socket handler). Each is a _DeferredModule in the master: its pages are no longer held there and
-#: counted again in the forked worker (docs/performance.md, memory at rest).
+#: socket handler). Each is a _DeferredModule: imported where and when it is first used, if ever
+#: (docs/performance.md, memory at rest).
 WORKER_ONLY_MODULES = ("email.utils", "html", "pickle")
 
 #: What gunicorn's settings read of ssl when gunicorn is imported: the defaults of settings that only its
@@ -114,16 +114,14 @@ SSL_CONSTANTS = {"PROTOCOL_TLS": 2, "PROTOCOL_SSLv23": 2, "CERT_NONE": 0}
 
 
 def defer_worker_modules(config: Config) -> None:
-    """Keeps out of the master what gunicorn imports there for its workers (docs/performance.md, memory at
-    rest). importlib.metadata, for entry points that hookrunner never names (its own imports, email,
-    zipfile, csv and pathlib, hold ~5 MiB), always. When the worker builds the app itself (not
-    builds_in_master: with -setuid it may no longer read the interpreter's files), also the
-    WORKER_ONLY_MODULES and, without -secure, ssl: loading ssl or hashlib initialises OpenSSL, whose
-    touched pages (~4 MiB) were held by the master and its copies by the worker as well."""
-    from hookrunner.serve.context import builds_in_master
-
+    """Keeps out of the tree what gunicorn imports for its workers and nothing uses at rest
+    (docs/performance.md, memory at rest). importlib.metadata, for entry points that hookrunner never names
+    (its own imports, email, zipfile, csv and pathlib, hold ~5 MiB), always. Without -setuid/-setgid
+    (after the drop a deferred module's first use may no longer read the interpreter's files), also the
+    WORKER_ONLY_MODULES and, without -secure, ssl: each is loaded at its first use, in the master if the
+    app's build uses it, and then once for the whole tree."""
     _defer("importlib.metadata")
-    if builds_in_master(config):
+    if config.setuid or config.setgid:
         return
     for name in WORKER_ONLY_MODULES:
         _defer(name)
@@ -361,28 +359,31 @@ def raise_fd_limit() -> None:
 
 
 def load_server_code(config: Config) -> None:
-    """Import what the master needs, before -setuid/-setgid (after it, the interpreter's own files may be
+    """Import what the tree needs, before -setuid/-setgid (after it, the interpreter's own files may be
     out of reach; a Go binary has everything in memory already). -version, -h and flag errors stay fast.
 
-    The worker loads its own code after the fork, each module only with the flag that needs it, so that
-    neither process holds what the configuration does not use (docs/performance.md, memory at rest).
-    When the master builds the app (serve/context.py, builds_in_master), the worker's code is loaded here;
-    with -setuid/-setgid, also every library a flag or a later reload may need."""
+    The master loads the worker's code and the run owner's and builds the app (serve/arbiter.py) before
+    it forks them: the run owner and every worker share one copy of Flask, gevent, OpenSSL and the run
+    path, which a memory cgroup charges once (docs/operations.md, "Process model"; docs/performance.md,
+    memory at rest). Each optional library is still loaded only with the flag that needs it; with
+    -setuid/-setgid, every library a flag or a later reload may need."""
     defer_worker_modules(config)
     if config.secure:
         import hookrunner.serve.tls  # noqa: F401 - the master makes the TLS context
     import hookrunner.hooks.load
     import hookrunner.serve.arbiter  # noqa: F401
-    from hookrunner.serve.context import builds_in_master
 
     if config.template:
         import hookrunner.hooks.template  # noqa: F401
-    if not builds_in_master(config):
-        return
+    if not (config.setuid or config.setgid):
+        from hookrunner.serve import devserver
+
+        devserver.install()  # before werkzeug is imported: the tree loads no development server
     from importlib import import_module
 
     import hookrunner.run.ownerclient
-    import hookrunner.serve.app  # noqa: F401
+    import hookrunner.serve.app
+    import hookrunner.serve.ownerprocess  # noqa: F401 - the run owner's, forked after the build
 
     serving = "threadworker" if config.worker_class == "gthread" else "greenworker"
     import_module(f"hookrunner.serve.{serving}")
@@ -392,8 +393,7 @@ def load_server_code(config: Config) -> None:
 
     import hookrunner.golang.yaml  # noqa: F401 - read only for a file that is not plain JSON (hooks/load.py)
     import hookrunner.ops.watcher
-    import hookrunner.run.historyfeed
-    import hookrunner.serve.ownerprocess  # noqa: F401 - the run owner, forked after the drop
+    import hookrunner.run.historyfeed  # noqa: F401
     from hookrunner.golang.regexp import load_engine
 
     load_engine()  # a reload may bring the first regex
@@ -538,7 +538,7 @@ def _run(config: Config, listener: Listener, admin: AdminListener | None = None)
     log.output(f"version {hookrunner_version()} starting")
     log.output("setting up os signal watcher")
 
-    registry = HookRegistry(config.hooks_files, config.template)
+    registry = HookRegistry(config.hooks_files, config.template, digests=config.hotreload)
     try:
         registry.load_initial()
     except DuplicateHookError as err:

@@ -54,7 +54,9 @@ def test_a_deferred_module_runs_on_its_first_use(monkeypatch: pytest.MonkeyPatch
     assert deferred.rgb_to_hsv is real.rgb_to_hsv
 
 
-def test_a_deferred_module_another_thread_has_loaded_is_not_loaded_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_deferred_module_another_thread_has_loaded_is_not_loaded_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import importlib.util
 
     name = "colorsys"
@@ -76,8 +78,15 @@ load_server_code(parse_args(sys.argv[1:]))
 print(json.dumps(sorted(sys.modules)))
 """
 
-#: What the worker needs, and what a reload or a flag may need later.
-WORKER_CODE = {"flask", "gevent", "hookrunner.serve.app", "hookrunner.serve.greenworker", "hookrunner.run.executor"}
+#: What the worker and the run owner need, and what a reload or a flag may need later.
+WORKER_CODE = {
+    "flask",
+    "gevent",
+    "hookrunner.serve.app",
+    "hookrunner.serve.greenworker",
+    "hookrunner.run.executor",
+}
+OWNER_CODE = {"gevent", "hookrunner.serve.ownerprocess", "hookrunner.run.owner", "hookrunner.run.executor"}
 LATER = {"re2", "sqlite3", "watchdog", "prometheus_client"}
 
 
@@ -88,22 +97,29 @@ def loaded_by_the_master(*flags: str) -> set[str]:
     return set(json.loads(done.stdout))
 
 
-def test_the_master_loads_no_worker_code() -> None:
-    loaded = loaded_by_the_master("-hotreload", "-metrics", "-state-dir", "/nonexistent")
-    assert "hookrunner.serve.arbiter" in loaded
-    assert loaded & (WORKER_CODE | LATER) == set()
-
-
-def test_with_several_workers_the_master_loads_their_code_once_for_all() -> None:
-    loaded = loaded_by_the_master("-workers", "2", "-hotreload", "-metrics", "-state-dir", "/nonexistent")
-    assert WORKER_CODE <= loaded
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_master_loads_the_worker_and_owner_code_once_for_all(workers: str) -> None:
+    # The master builds the app before it forks the run owner and the workers, which share those pages
+    # (docs/performance.md, memory at rest); what a flag or a reload may bring is still left to it.
+    loaded = loaded_by_the_master("-workers", workers, "-hotreload", "-metrics", "-state-dir", "/nonexistent")
+    assert WORKER_CODE | OWNER_CODE <= loaded
     assert loaded & LATER == set()
+    # werkzeug's development server is the stand-in (serve/devserver.py): http.server is never loaded.
+    assert "werkzeug.serving" in loaded and "http.server" not in loaded
+
+
+def test_the_master_loads_the_threaded_worker_for_gthread() -> None:
+    loaded = loaded_by_the_master("-worker-class", "gthread")
+    assert {"flask", "hookrunner.serve.threadworker", "hookrunner.serve.ownerprocess"} <= loaded
+    assert "hookrunner.serve.greenworker" not in loaded
 
 
 def test_with_setuid_the_master_loads_everything_before_the_privileges_go() -> None:
     # After -setuid the interpreter's files may be unreadable: the worker, a reload bringing the first
     # regex, the journal and the flags' libraries must all be in memory already.
-    loaded = loaded_by_the_master("-setuid", "1", "-setgid", "1", "-hotreload", "-metrics", "-state-dir", "/x")
+    loaded = loaded_by_the_master(
+        "-setuid", "1", "-setgid", "1", "-hotreload", "-metrics", "-state-dir", "/x"
+    )
     assert WORKER_CODE | LATER <= loaded
 
 
@@ -207,7 +223,9 @@ def test_pidfile(tmp_path: Path) -> None:
     path.write_text(str(os.getpid()))
     cli.create_pidfile(str(path))
     # A pid nobody has any more (a finished child) is stale and overwritten.
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     path.write_text(done.stdout.strip())
     cli.create_pidfile(str(path))
     assert path.read_text() == str(os.getpid())

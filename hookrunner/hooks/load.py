@@ -126,7 +126,7 @@ def load_hooks(path: str, as_template: bool = False, data: bytes | None = None) 
 class HookRegistry:
     """The hooks being served, per file; readers see an immutable snapshot that writers swap under a lock."""
 
-    def __init__(self, files: Sequence[str], as_template: bool = False) -> None:
+    def __init__(self, files: Sequence[str], as_template: bool = False, digests: bool = False) -> None:
         self._as_template = as_template
         self._lock = threading.Lock()
         self._files: tuple[str, ...] = tuple(files)
@@ -148,6 +148,23 @@ class HookRegistry:
         #: Called before a request matches its hook (`match_latest`): a worker's catch-up with the owner's
         #: generation (hooks/generation.py's Follower).
         self.latest: Callable[[], None] | None = None
+        #: With `digests` (-hotreload), the SHA-256 of the bytes last read of each file ("" when none could
+        #: be): the run owner's watcher starts after the master's read, and reports a file whose bytes are
+        #: no longer these (ops/watcher.py), so that a change made in between is not lost.
+        self.read_digests: dict[str, str] | None = {} if digests else None
+
+    def _read(self, path: str, data: bytes | None = None) -> bytes:
+        """A hooks file's bytes (`data`, or read by ops/regularfile.py's rules), their digest kept with
+        `read_digests`."""
+        if data is None:
+            if self.read_digests is not None:
+                self.read_digests[path] = ""
+            data = read_regular_file(path)
+        if self.read_digests is not None:
+            import hashlib  # here: only -hotreload keeps digests
+
+            self.read_digests[path] = hashlib.sha256(data).hexdigest()
+        return data
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -207,7 +224,7 @@ class HookRegistry:
             for path in self._files:
                 log.printf("attempting to load hooks from %s\n", path)
                 try:
-                    hooks = load_hooks(path, self._as_template)
+                    hooks = load_hooks(path, self._as_template, self._read(path))
                 except HooksFileError as exc:
                     log.printf("couldn't load hooks from file! %s\n", exc)
                     continue
@@ -227,7 +244,7 @@ class HookRegistry:
         with self._lock:
             say(f"attempting to reload hooks from {path}\n")
             try:
-                text = read_hooks_text(path, self._as_template, data)
+                text = read_hooks_text(path, self._as_template, self._read(path, data))
                 hooks = parse_hooks(text)
             except HooksFileError as exc:
                 say(f"couldn't load hooks from file! {exc}\n")

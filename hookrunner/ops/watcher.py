@@ -20,7 +20,7 @@ import stat
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
@@ -82,11 +82,12 @@ def snapshot(path: str, previous: Fingerprint | None = None, probe: bool = False
         return None, None, None
     if not stat.S_ISREG(st.st_mode) or st.st_size > HOOKS_FILE_CAP:
         return _unread(st), None, None
-    same_stat = (
-        previous is not None
-        and (previous.device, previous.inode, previous.mtime_ns, previous.size)
-        == (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-    )
+    same_stat = previous is not None and (
+        previous.device,
+        previous.inode,
+        previous.mtime_ns,
+        previous.size,
+    ) == (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
     if same_stat and previous is not None and time.time_ns() - st.st_mtime_ns > 2_000_000_000:
         # Unchanged and old enough that a same-size rewrite would have moved the mtime: skip hashing.
         return previous, None, None
@@ -142,8 +143,9 @@ def _reports_closes(observer: object) -> bool:
 class HooksWatcher:
     """Calls `on_change(path, data)` when a file's content or identity changes (or it comes back), with
     the bytes it read (None when it did not read them: not a regular file, or over the cap), and
-    `on_remove(path)` when it disappears. Callbacks run one at a time on the watcher's own thread,
-    with the path exactly as given."""
+    `on_remove(path)` when it disappears. Callbacks run one at a time on the watcher's own thread (those
+    for what `start` finds changed, on start's, before that thread starts), with the path exactly as
+    given."""
 
     def __init__(
         self,
@@ -178,13 +180,26 @@ class HooksWatcher:
         self._last_seen: dict[str, float] = {}
         self._deferred: set[str] = set()  # not read because it was open; read again at its last close
 
-    def start(self) -> None:
+    def start(self, read: Mapping[str, str] | None = None) -> None:
+        """Watch from now on. `read`: the SHA-256 of the bytes the caller read of each file before ("" for
+        none); a file whose bytes are not those any more is reported at once, changed (or removed), so
+        that a change between that read and this start is not lost."""
         self._probe = self.close_events and _quiet_lease_breaks()
         self._remember_real_paths()
+        missed: list[tuple[str, bytes | None]] = []
         for path in self.paths:
-            self._states[path] = fingerprint(path)
+            now, data, _ = snapshot(path)
+            self._states[path] = now
+            before = (read or {}).get(path)
+            if before is not None and (now.digest if now is not None else "") != before:
+                missed.append((path, data))
         self._schedule_directories()
         self._observer.start()
+        for path, data in missed:  # after the observer's start: a change from now on is its to report
+            if self._states[path] is None:
+                self._on_remove(path)
+            else:
+                self._on_change(path, data)
         self._thread.start()
 
     def stop(self) -> None:

@@ -1,7 +1,7 @@
 """Serving: gunicorn embedded in-process on an already-bound socket, with webhook's signals and TLS;
 one master (the arbiter) holds the hooks and supervises, and one worker serves: the gevent worker
 (greenworker.py), or with -worker-class gthread the threaded worker (threadworker.py); docs/operations.md
-says why one. The worker loads its class, Flask and the app after the fork, so the master stays small."""
+says why one. The master builds the app before it forks the run owner and the workers, which share it."""
 
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from hookrunner.serve.context import (
     MAX_HEAD_BYTES,
     THREADS,
     Runner,
-    builds_in_master,
     ctx,
 )
 from hookrunner.serve.runowner import RunOwner
@@ -165,12 +164,11 @@ def _post_fork(arbiter: Arbiter, worker: Any) -> None:
 
 
 class _ForkedWorker:
-    """What gunicorn's master makes and keeps for a worker: the real worker class (`serving`) is imported,
-    and the app built, only in the forked process, so that the master never loads gevent, Flask,
-    werkzeug, gunicorn's worker and HTTP modules, or (without -secure) ssl (docs/performance.md, memory at
-    rest), and the worker loads no werkzeug development server (serve/devserver.py). The master keeps
-    this object: what gunicorn's arbiter reads of a worker (its heartbeat file, pid, age, booted and
-    aborted); the worker process runs the real one, on the same heartbeat file."""
+    """What gunicorn's master makes and keeps for a worker: what gunicorn's arbiter reads of a worker (its
+    heartbeat file, pid, age, booted and aborted); the worker process makes the real worker class
+    (`serving`) after the fork and runs it, on the same heartbeat file. The class's module is imported
+    and the app built in the master before the first fork (cli.load_server_code, serve()), so the forked
+    process finds both there and shares their pages."""
 
     serving = ""  # "module:Class"
 
@@ -184,12 +182,9 @@ class _ForkedWorker:
         self.tmp = WorkerTmp(cfg)
 
     def init_process(self) -> None:
-        from hookrunner.serve import devserver  # here: the master has no use for it
-
-        devserver.install()  # before Flask and werkzeug are imported in this process
         module, _, name = self.serving.partition(":")
         serving = getattr(importlib.import_module(module), name)
-        ctx.load_app()  # before the worker's init_signals, which hands the runner its journal
+        ctx.load_app()  # serve() built it in the master; this builds it only where nothing did
         worker = serving(self.age, self.ppid, self.sockets, self.app, self.timeout, self.cfg, self.log)
         worker.tmp.close()
         worker.tmp, worker.pid = self.tmp, self.pid
@@ -277,7 +272,7 @@ def gunicorn_options(config: Config, fd: int) -> dict[str, Any]:
         "workers": max(1, config.workers),
         "worker_class": GeventWorkerInFork if config.worker_class == "gevent" else ThreadWorkerInFork,
         "threads": THREADS,
-        # The app is built in the worker (_ForkedWorker), or by serve() before gunicorn starts.
+        # The app is built by serve() before gunicorn starts.
         "preload_app": False,
         # Commands run in the background of the worker; recycling it would cut them short.
         "max_requests": 0,
@@ -317,7 +312,8 @@ def serve(
     admin: AdminListener | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT on the listening socket `fd` (HTTPS with `ssl_context` under -secure);
-    `build` makes the WSGI app and its runner, in the worker after the fork, or here (builds_in_master).
+    `build` makes the WSGI app and its runner, here, before the run owner and the workers are forked: they
+    share its pages (docs/performance.md, memory at rest).
 
     Returns only in the master process; the worker process leaves through SystemExit, so callers doing
     clean-up must check their pid.
@@ -325,8 +321,7 @@ def serve(
     ctx.config = config
     ctx.registry = registry
     ctx.build = build
-    if builds_in_master(config):
-        ctx.load_app()
+    ctx.load_app()
     ctx.boot_id = new_boot_id()
     # Before any fork: the page every process of the tree shares (hooks/generation.py).
     ctx.hooks_generation = SharedGeneration()

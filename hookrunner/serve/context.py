@@ -1,6 +1,6 @@
-"""What the master hands to the worker it forks: the hooks registry, the settings, and how to build the app
-there (`ctx`); what serving needs of the registry and the runner; the signals held across the fork. Kept
-light (no Flask, gevent or werkzeug), so that the master can import it and stay small."""
+"""What the master hands to the processes it forks: the hooks registry, the settings, and the app it builds
+before the first fork (`ctx`); what serving needs of the registry and the runner; the signals held across
+the fork. Kept light (no Flask, gevent or werkzeug): importing it loads none of them."""
 
 from __future__ import annotations
 
@@ -85,13 +85,6 @@ HELD_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, si
 MAX_HEAD_BYTES = (1 << 20) + 4096
 
 
-def builds_in_master(config: Config) -> bool:
-    """Whether the master builds the app before forking: with -setuid/-setgid, since a worker may no longer
-    read the interpreter's files, and with -workers over 1, whose workers then share one copy of it (built
-    in each worker, Flask and gevent cost each one ~14 MiB of its own; docs/performance.md)."""
-    return bool(config.setuid or config.setgid) or config.workers > 1
-
-
 class _Context:
     """What the worker needs after the fork; set once by serve.serve() before gunicorn starts."""
 
@@ -113,10 +106,9 @@ class _Context:
     #: This worker's end of its connection to the run owner (serve/runowner.py), made by the master just
     #: before the fork; None in the master (between forks) and where no owner runs.
     owner_link: socket.socket | None = None
-    #: Builds the WSGI app and the runner behind it, once per process, through load_app: in the worker
-    #: after the fork, so that the master never holds Flask, gevent or the command runner
-    #: (docs/performance.md, memory at rest), or in the master before the fork when the worker may no
-    #: longer read the interpreter's files (-setuid).
+    #: Builds the WSGI app and the runner behind it through load_app, once, in the master before it forks
+    #: the run owner and the workers: they all share its pages, which a memory cgroup charges once
+    #: (docs/operations.md, "Process model"; docs/performance.md, memory at rest).
     build: Callable[[], tuple[Any, Runner]]
     wsgi_app: Any = None
 

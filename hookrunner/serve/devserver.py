@@ -1,13 +1,12 @@
-"""werkzeug's development server, kept out of the worker that never runs it (docs/performance.md, memory at
+"""werkzeug's development server, kept out of the tree that never runs it (docs/performance.md, memory at
 rest). werkzeug imports `werkzeug.serving` (with `http.server`) as it is imported, for
-`run_simple`, and Flask for `is_running_from_reloader`; hookrunner serves through gunicorn, so in the
-worker that builds the app after the fork (serve/arbiter.py) they are only names. `install` hands the
+`run_simple`, and Flask for `is_running_from_reloader`; hookrunner serves through gunicorn, so they are
+only names. `install`, called by the master before it builds the app (cli.load_server_code), hands the
 first import of `werkzeug.serving` a stand-in module that holds those two names as functions which load
 the real module when called, and loads it as soon as anything reads any other of its names (the admin
 listener's connections subclass its request handler, serve/adminconns.py). Loading it later needs the
-interpreter's files, which a worker that has dropped privileges may no longer read: with
--setuid/-setgid the master builds the app before the fork (context.builds_in_master), werkzeug is then
-already imported and `install` does nothing."""
+interpreter's files, which a process that has dropped privileges may no longer read: with
+-setuid/-setgid the master imports the real module before the drop and `install` is not called."""
 
 from __future__ import annotations
 

@@ -56,7 +56,8 @@ class HostReloads:
             from hookrunner.ops.watcher import HooksWatcher
 
             self._watcher = HooksWatcher(self._registry.files, self.changed, self.removed)
-            self._watcher.start()
+            # What the master (or an earlier reload here) read: a change since is reloaded at once.
+            self._watcher.start(self._registry.read_digests)
 
     def stop(self) -> None:
         if self._watcher is not None:

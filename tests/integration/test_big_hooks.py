@@ -22,8 +22,12 @@ from integration_harness import free_port, implementation_argv, stop_process
 HOOKS = 10_000
 #: Generous: on an idle machine start and reload take well under 1 s here; main took 8-10 s to start.
 BOUND = 5.0
-#: The whole process tree's resident memory once the reload is served (~80 MiB here, JSON or YAML).
-MEMORY_BOUND_MIB = 150
+#: The whole process tree's resident memory once the reload is served: the sum of its processes' RSS.
+#: Raised from 150 when the master began to build the app before its forks (issue 32 deliverable 3): the
+#: run owner and the worker now map the master's copy of Flask, gevent and OpenSSL, and the sum counts
+#: those pages once per process. JSON, 2026-11-28, main 131.9 -> 154.2-154.5 MiB (this test's least
+#: reading, two runs each), while the tree's unique memory (scripts/footprint's) went 106.7 -> 104.7.
+MEMORY_BOUND_MIB = 175
 
 
 def hook(index: int, hook_id: str | None = None) -> dict[str, object]:
@@ -32,8 +36,13 @@ def hook(index: int, hook_id: str | None = None) -> dict[str, object]:
         "execute-command": "/bin/true",
         "response-message": f"deploying {index}",
         "pass-arguments-to-command": [{"source": "payload", "name": "ref"}],
-        "trigger-rule": {"match": {"type": "value", "value": f"refs/heads/b{index}",
-                                   "parameter": {"source": "payload", "name": "ref"}}},
+        "trigger-rule": {
+            "match": {
+                "type": "value",
+                "value": f"refs/heads/b{index}",
+                "parameter": {"source": "payload", "name": "ref"},
+            }
+        },
     }
 
 
@@ -74,7 +83,9 @@ def tree_rss_mib(root: int) -> float:
         pids.append(pid)
         try:
             for task in os.listdir(f"/proc/{pid}/task"):
-                todo += [int(child) for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+                todo += [
+                    int(child) for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+                ]
         except OSError:
             continue
     for pid in pids:
@@ -92,11 +103,20 @@ class BigServer:
         self.path.write_text(hooks_text(kind=kind))
         port = free_port()
         self.base = f"http://127.0.0.1:{port}/hooks/"
-        argv = [*implementation_argv(impl), "-hooks", str(self.path), "-ip", "127.0.0.1", "-port", str(port),
-                "-hotreload"]
+        argv = [
+            *implementation_argv(impl),
+            "-hooks",
+            str(self.path),
+            "-ip",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-hotreload",
+        ]
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
 
 
 @pytest.fixture

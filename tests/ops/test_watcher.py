@@ -422,3 +422,36 @@ def test_a_failing_callback_is_logged_and_the_change_offered_again(
     assert log_lines.getvalue().rstrip().endswith(
         f"hot reload: handling a change of {hooks_file} failed: RuntimeError: the loader broke"
     )
+
+
+def test_a_change_before_the_start_is_reported_against_what_the_caller_read(
+    tmp_path: Path, recorder: Recorder
+) -> None:
+    # The run owner's watcher starts after the master has read the files: what changed in between is
+    # reported at the start, compared with the digests of the bytes the master read (hooks/load.py).
+    from hookrunner.hooks.load import HookRegistry
+
+    same, changed, gone = (tmp_path / name for name in ("same.json", "changed.json", "gone.json"))
+    for path in (same, changed, gone):
+        path.write_text(f'[{{"id": "{path.stem}", "execute-command": "/bin/true"}}]')
+    registry = HookRegistry([str(same), str(changed), str(gone)], digests=True)
+    registry.load_initial()
+    assert registry.read_digests is not None and all(registry.read_digests.values())
+    changed.write_text('[{"id": "changed", "execute-command": "/bin/false"}]')
+    gone.unlink()
+    watcher = HooksWatcher(registry.files, recorder.changed, recorder.removed)
+    watcher.start(registry.read_digests)
+    try:
+        assert sorted(recorder.wait_for(2)) == [("change", str(changed)), ("remove", str(gone))]
+        assert recorder.data == [changed.read_bytes()]
+        assert recorder.wait_for(3, timeout=0.5) == recorder.events[:2]  # nothing for the file unchanged
+    finally:
+        watcher.stop()
+
+
+def test_without_digests_the_registry_keeps_none(hooks_file: Path) -> None:
+    from hookrunner.hooks.load import HookRegistry
+
+    registry = HookRegistry([str(hooks_file)])
+    registry.load_initial()
+    assert registry.read_digests is None
