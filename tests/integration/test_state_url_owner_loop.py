@@ -9,6 +9,7 @@ long as the lock. scripts/test runs these on both worker classes (HOOKRUNNER_TES
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import time
@@ -136,3 +137,44 @@ def test_the_measure_sees_the_loop_held_by_psycopg_imported_before_the_patch(
     found = measure(server, pg_database, record)
     print(f"psycopg imported before the patch: {found}")
     assert found["slowest"] >= HELD / 2, found  # the loop was held for most of the lock's time
+
+
+def test_hot_reload_follows_the_file_and_runs_go_on_in_a_patched_owner(
+    tmp_path: Path, servers: list[Server], pg_cluster: Cluster, pg_database: str
+) -> None:
+    """With -state-url the run owner is monkey-patched (threads are greenlets), and with -hotreload it runs
+    watchdog's observer and the hooks watcher: neither may hold the owner's loop while it waits for a file
+    event, and a change to the file still reaches every worker."""
+    record = tmp_path / "runs.txt"
+    url = state_url(pg_cluster, pg_database)
+    server = Server(
+        tmp_path,
+        [recording_hook("record", record, "r1", 0.0)],
+        "-state-url",
+        url,
+        "-state-replica",
+        "r1",
+        "-workers",
+        "2",
+        "-hotreload",
+        popen=functools.partial(subprocess.Popen, env={**os.environ, REPLICA_VARIABLE: "r1"}),
+    )
+    servers.append(server)
+    server.ready()
+    # Runs are admitted, started and answered while the watcher waits for a change (a loop held by a
+    # blocking wait on inotify would answer none of them).
+    for seq in range(10):
+        assert wait_until(
+            lambda s=seq: server.request("POST", f"/hooks/record?seq=a{s}")[0] == 200, timeout=10
+        )
+    assert wait_until(lambda: len(recorded_runs(record)) == 10, timeout=10), server.log[-2000:]
+    # A new hook written to the file is served by both workers (a GET / and requests spread over them).
+    hooks = [recording_hook("record", record, "r1", 0.0), recording_hook("added", record, "r1", 0.0)]
+    server.hooks_path.write_text(json.dumps(hooks))
+    assert wait_until(lambda: server.request("POST", "/hooks/added?seq=b0")[0] == 200, timeout=10), (
+        server.log[-2000:]
+    )
+    statuses = [server.request("POST", f"/hooks/added?seq=b{n}")[0] for n in range(1, 21)]
+    assert statuses == [200] * 20, (statuses, server.log[-2000:])
+    assert wait_until(lambda: len(recorded_runs(record)) == 31, timeout=15), server.log[-2000:]
+    assert "Traceback" not in server.log, server.log
