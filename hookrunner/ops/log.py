@@ -265,16 +265,12 @@ class GoLogger:
     def _write(self, line: str) -> None:
         # Go's log writes the bytes it is given: a byte that is not UTF-8 (a header value, say, kept as a
         # surrogate) goes out as it came, where a text stream would write `\udcff` or `?`.
+        if getattr(self._stream, "buffer", None) is not None:
+            self._write_parts([_encoded(line)])
+            return
         with self._lock:
             try:
-                buffer = getattr(self._stream, "buffer", None)
-                if buffer is None:
-                    self._stream.write(line)
-                else:
-                    data = _encoded(line)
-                    self._stream.flush()
-                    buffer.write(data)
-                    buffer.flush()
+                self._stream.write(line)
                 self._stream.flush()
             except (OSError, ValueError):
                 pass  # a closed or full log must never take a request down

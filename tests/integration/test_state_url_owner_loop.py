@@ -38,7 +38,10 @@ with open(os.environ["HOOKRUNNER_TEST_WAIT_NAME"], "w") as out:
 """
 
 
-def start_server(tmp_path: Path, url: str, record: Path, env: dict[str, str]) -> Server:
+def start_server(
+    tmp_path: Path, url: str, record: Path, env: dict[str, str], flag: str = "-metrics"
+) -> Server:
+    """Two workers on the database at `url`, with `flag`; returned once a first push (`seq=first`) ran."""
     hooks = [recording_hook("record", record, "r1", 0.0)]
     server = Server(
         tmp_path,
@@ -49,7 +52,7 @@ def start_server(tmp_path: Path, url: str, record: Path, env: dict[str, str]) ->
         "r1",
         "-workers",
         "2",
-        "-metrics",
+        flag,
         popen=functools.partial(subprocess.Popen, env={**os.environ, REPLICA_VARIABLE: "r1", **env}),
     )
     server.ready()
@@ -146,28 +149,15 @@ def test_hot_reload_follows_the_file_and_runs_go_on_in_a_patched_owner(
     watchdog's observer and the hooks watcher: neither may hold the owner's loop while it waits for a file
     event, and a change to the file still reaches every worker."""
     record = tmp_path / "runs.txt"
-    url = state_url(pg_cluster, pg_database)
-    server = Server(
-        tmp_path,
-        [recording_hook("record", record, "r1", 0.0)],
-        "-state-url",
-        url,
-        "-state-replica",
-        "r1",
-        "-workers",
-        "2",
-        "-hotreload",
-        popen=functools.partial(subprocess.Popen, env={**os.environ, REPLICA_VARIABLE: "r1"}),
-    )
+    server = start_server(tmp_path, state_url(pg_cluster, pg_database), record, {}, "-hotreload")
     servers.append(server)
-    server.ready()
     # Runs are admitted, started and answered while the watcher waits for a change (a loop held by a
     # blocking wait on inotify would answer none of them).
     for seq in range(10):
         assert wait_until(
             lambda s=seq: server.request("POST", f"/hooks/record?seq=a{s}")[0] == 200, timeout=10
         )
-    assert wait_until(lambda: len(recorded_runs(record)) == 10, timeout=10), server.log[-2000:]
+    assert wait_until(lambda: len(recorded_runs(record)) == 1 + 10, timeout=10), server.log[-2000:]
     # A new hook written to the file is served by both workers (a GET / and requests spread over them).
     hooks = [recording_hook("record", record, "r1", 0.0), recording_hook("added", record, "r1", 0.0)]
     server.hooks_path.write_text(json.dumps(hooks))
@@ -176,5 +166,5 @@ def test_hot_reload_follows_the_file_and_runs_go_on_in_a_patched_owner(
     )
     statuses = [server.request("POST", f"/hooks/added?seq=b{n}")[0] for n in range(1, 21)]
     assert statuses == [200] * 20, (statuses, server.log[-2000:])
-    assert wait_until(lambda: len(recorded_runs(record)) == 31, timeout=15), server.log[-2000:]
+    assert wait_until(lambda: len(recorded_runs(record)) == 1 + 31, timeout=15), server.log[-2000:]
     assert "Traceback" not in server.log, server.log
