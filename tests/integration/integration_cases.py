@@ -1384,6 +1384,18 @@ CASES: list[Case] = [
         logs=("parameter node not found: branch", "not-rule hook triggered successfully"),
     ),
     # ------------------------------------------------------------------ running the command
+    # A hook's variable named like one of the server's own (ECHO_RECORD, which the harness gives both servers)
+    # replaces it, and of a variable the hook names twice the last value stands: Go's os/exec keeps the last
+    # of a duplicated key, and webhook appends the hook's variables to os.Environ().
+    _c(
+        "environment-over-the-servers",
+        "/hooks/env-overlap",
+        headers=JSON,
+        body=b'{"record":"from the hook","first":"one","second":"two"}',
+        expect_body=(
+            b"arg: showenv=ECHO_RECORD showenv=MY_TWICE\nshowenv: ECHO_RECORD=from the hook\nshowenv: MY_TWICE=two\n"
+        ),
+    ),
     _c(
         "environment",
         "/hooks/env?q=1",
