@@ -1,32 +1,118 @@
 """Runs on the gevent worker's event loop: each run a greenlet that has its process started on a native
-thread of the loop's pool (Popen blocks until the child execs), waits on its pipe and pidfd with the loop's
-watchers, sleeps with gevent, and hands what else blocks for long (ending a replayed run's previous
-attempt) to a native thread too. The
-threaded worker keeps run/spawn.py's default: a command thread per run.
+thread (Popen blocks until the child execs), waits on its pipe and pidfd with the loop's watchers, sleeps
+with gevent, and hands what else blocks for long (ending a replayed run's previous attempt) to a native
+thread too. The threaded worker keeps run/spawn.py's default: a command thread per run.
 """
 
 from __future__ import annotations
 
+import os
+from _queue import SimpleQueue
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import gevent
 import gevent.event
+import gevent.hub
 import gevent.socket
 
 from hookrunner.run.spawn import StartSignal, Waits
 
 T = TypeVar("T")
 
+#: Native threads that run offloaded work, at most: as many as gevent's own pool of the loop keeps.
+OFFLOAD_THREADS = 10
+
 
 class _TimedOut(Exception):
     pass
+
+
+class _Offload:
+    """The native threads that run a loop's blocking work (a process's start, above all: one a run).
+
+    gevent's pool (`hub.threadpool.apply`) does the same with a watcher, an event and a lock made per task,
+    and a queue written in Python; under load a run's start was a fifth of the run owner's loop. Here the
+    tasks go through a queue written in C, and one watcher of the loop brings every finished task back to
+    the greenlet that waits for it. Threads are started as the work needs them (none is idle), up to
+    `limit`, and live as long as the process; they are native even where gevent has patched threading."""
+
+    def __init__(self, limit: int) -> None:
+        from gevent.monkey import get_original  # as gevent's pool does, at the first task: not at rest
+
+        self._limit = limit
+        self._pid = os.getpid()
+        self._hub = gevent.get_hub()
+        self._tasks: SimpleQueue[tuple[gevent.hub.Waiter[Any], Callable[..., Any], tuple[Any, ...]]]
+        self._tasks = SimpleQueue()
+        self._done: deque[tuple[gevent.hub.Waiter[Any], bool, Any]] = deque()
+        self._lock = get_original("_thread", "allocate_lock")()
+        self._start_thread = get_original("_thread", "start_new_thread")
+        self._threads = 0
+        self._idle = 0
+        self._pending = 0  # tasks handed over and not yet brought back (on the loop's thread only)
+        # Started only while a task is out: a started watcher keeps the loop alive.
+        self._back = self._hub.loop.async_()
+        self._listening = False
+
+    @property
+    def usable(self) -> bool:
+        """Whether this pool is this process's and its loop the caller's (a fork or another hub makes one)."""
+        return self._pid == os.getpid() and gevent.get_hub() is self._hub
+
+    def run(self, work: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """`work(*args)` on a native thread; the calling greenlet waits for it, the loop runs meanwhile."""
+        waiter: gevent.hub.Waiter[T] = gevent.hub.Waiter()
+        with self._lock:
+            start = self._idle <= 0 and self._threads < self._limit
+            if start:
+                self._threads += 1
+                self._idle += 1
+            self._idle -= 1
+        if start:
+            self._start_thread(self._serve, ())
+        if not self._listening:
+            self._back.start(self._bring_back)
+            self._listening = True
+        self._pending += 1
+        self._tasks.put((waiter, work, args))
+        return waiter.get()
+
+    def _serve(self) -> None:
+        """One native thread: run tasks as they come, forever."""
+        while True:
+            waiter, work, args = self._tasks.get()
+            try:
+                self._done.append((waiter, True, work(*args)))
+            except BaseException as exc:  # noqa: BLE001 - the waiting greenlet's, raised there
+                self._done.append((waiter, False, exc))
+            del waiter, work, args  # nothing of a task is kept while the thread waits for the next
+            with self._lock:
+                self._idle += 1
+            self._back.send()
+
+    def _bring_back(self) -> None:
+        """On the loop: each finished task's result (or exception) to the greenlet that waits for it."""
+        while self._done:
+            waiter, ok, value = self._done.popleft()
+            self._pending -= 1
+            if ok:
+                waiter.switch(value)
+            else:
+                waiter.throw(value)
+        if not self._pending and self._listening:  # (a greenlet switched to above may have handed one over)
+            self._back.stop()
+            self._listening = False
 
 
 class GreenWaits(Waits):
     """run/spawn.py's Waits on the gevent loop: no native thread and no hand-off of the GIL per run."""
 
     launches = True
+
+    def __init__(self) -> None:
+        self._offload: _Offload | None = None
 
     def readable(self, fd: int, seconds: float) -> bool:
         try:
@@ -45,5 +131,7 @@ class GreenWaits(Waits):
         return gevent.event.Event()
 
     def offload(self, work: Callable[..., T], *args: Any) -> T:
-        result: T = gevent.get_hub().threadpool.apply(work, args)
-        return result
+        pool = self._offload
+        if pool is None or not pool.usable:
+            pool = self._offload = _Offload(OFFLOAD_THREADS)
+        return pool.run(work, args)
