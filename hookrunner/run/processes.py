@@ -30,6 +30,8 @@ POLL_SECONDS = 0.025
 ORPHAN_POLL_SECONDS = 1.0
 #: How many pids of finished runs' processes are remembered (see ProcessTracker._retired).
 RETIRED_KEPT = 4096
+#: What one read of a /proc file asks for (see _read).
+_READ_SIZE = 8192
 
 
 @dataclass(frozen=True)
@@ -46,10 +48,26 @@ class _Stat:
         return ProcessId(self.pid, self.start)
 
 
+def _read(path: str) -> bytes:
+    """A /proc file's contents, read through a bare descriptor: a run's start and every poll read several,
+    and a buffered file object costs an fstat, an isatty and a seek on top of the open, read and close.
+    /proc fills a read as far as its buffer goes (seq_file), so a short read is the end of the file."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, _READ_SIZE)
+        if len(data) < _READ_SIZE:
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, _READ_SIZE):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _stat(pid: int) -> _Stat | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
+        data = _read(f"/proc/{pid}/stat")
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
@@ -95,8 +113,7 @@ def _children(pid: int) -> list[int] | None:
     pids: list[int] = []
     for task in tasks:
         try:
-            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
-                pids.extend(int(p) for p in handle.read().split())
+            pids.extend(int(p) for p in _read(f"/proc/{pid}/task/{task}/children").split())
         except FileNotFoundError:
             if not os.path.exists(f"/proc/{pid}/task/{task}"):
                 continue  # the thread ended
