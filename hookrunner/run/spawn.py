@@ -75,6 +75,9 @@ def start_process(
     )
 
 
+#: The most one read of a run's output takes.
+_CHUNK = 65536
+
 #: Told each chunk of a run's output as it is read, on the reader's thread (or greenlet); must not block.
 Listener = Callable[[bytes], None]
 
@@ -93,6 +96,8 @@ class Output:
         self._listener = listener
         self._kept = io.BytesIO()
         self.eof = False
+        # Non-blocking, so that the end that often follows a short chunk at once is read without a wait.
+        os.set_blocking(fd, False)
 
     @property
     def data(self) -> bytes:
@@ -107,14 +112,26 @@ class Output:
                 return False
             if not self._waits.readable(self._fd, wait):
                 continue
-            chunk = os.read(self._fd, 65536)
-            if chunk:
-                self._kept.write(chunk)
-                if self._listener is not None:
-                    self._listener(chunk)
-            else:
-                self.eof = True
+            self._take()
         return True
+
+    def _take(self) -> None:
+        """Read what the pipe holds: a chunk, and after a short one (the writer had no more for now) one
+        more read, which finds the end when the writers have closed the pipe meanwhile. Never more than
+        that between two waits, so a command that floods its output holds up no other run on the loop."""
+        for _ in range(2):
+            try:
+                chunk = os.read(self._fd, _CHUNK)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self.eof = True
+                return
+            self._kept.write(chunk)
+            if self._listener is not None:
+                self._listener(chunk)
+            if len(chunk) == _CHUNK:
+                return
 
     def spend(self, seconds: float) -> None:
         """Spend `seconds` reading (sleeping once the output has ended)."""
