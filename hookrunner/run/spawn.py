@@ -10,6 +10,7 @@ then its pipe and pidfd are waited on by the loop's watchers, with no command th
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import select
@@ -96,8 +97,9 @@ class Output:
         self._listener = listener
         self._kept = io.BytesIO()
         self.eof = False
-        # Non-blocking, so that the end that often follows a short chunk at once is read without a wait.
-        os.set_blocking(fd, False)
+        # Non-blocking, so that the end that often follows a short chunk at once is read without a wait. One
+        # system call: a pipe's read end has no other status flag to keep (os.set_blocking reads them first).
+        fcntl.fcntl(fd, fcntl.F_SETFL, os.O_NONBLOCK)
 
     @property
     def data(self) -> bytes:

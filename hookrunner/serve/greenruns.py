@@ -29,6 +29,19 @@ class _TimedOut(Exception):
     pass
 
 
+#: Forks this process has seen: a pool's threads stay in the process that started them (os.getpid() is a
+#: system call, and `usable` is asked at every start).
+_forks = 0
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 class _Offload:
     """The native threads that run a loop's blocking work (a process's start, above all: one a run).
 
@@ -42,7 +55,7 @@ class _Offload:
         from gevent.monkey import get_original  # as gevent's pool does, at the first task: not at rest
 
         self._limit = limit
-        self._pid = os.getpid()
+        self._forks = _forks
         self._hub = gevent.get_hub()
         self._tasks: SimpleQueue[tuple[gevent.hub.Waiter[Any], Callable[..., Any], tuple[Any, ...]]]
         self._tasks = SimpleQueue()
@@ -59,7 +72,7 @@ class _Offload:
     @property
     def usable(self) -> bool:
         """Whether this pool is this process's and its loop the caller's (a fork or another hub makes one)."""
-        return self._pid == os.getpid() and gevent.get_hub() is self._hub
+        return self._forks == _forks and gevent.get_hub() is self._hub
 
     def run(self, work: Callable[..., T], args: tuple[Any, ...]) -> T:
         """`work(*args)` on a native thread; the calling greenlet waits for it, the loop runs meanwhile."""
