@@ -84,7 +84,16 @@ class _Offload:
                 self._idle += 1
             self._idle -= 1
         if start:
-            self._start_thread(self._serve, ())
+            try:
+                self._start_thread(self._serve, ())
+            except BaseException:  # no thread to be had (RuntimeError): the task waits for a busy one
+                with self._lock:
+                    self._threads -= 1
+                    alone = self._threads == 0
+                    if not alone:
+                        self._idle -= 1  # a task queued with no thread of its own
+                if alone:
+                    raise  # none would ever take it
         if not self._listening:
             self._back.start(self._bring_back)
             self._listening = True
@@ -106,26 +115,31 @@ class _Offload:
             self._back.send()
 
     def _bring_back(self) -> None:
-        """On the loop: each finished task's result (or exception) to the greenlet that waits for it."""
-        while self._done:
+        """On the loop: each finished task's result (or exception) to the greenlet that waits for it. Only
+        the tasks done when it began: a greenlet that hands over task after task, each done at once, does
+        not hold the loop here; what finished meanwhile is brought back on the loop's next turn."""
+        for _ in range(len(self._done)):
             waiter, ok, value = self._done.popleft()
             self._pending -= 1
             if ok:
                 waiter.switch(value)
             else:
                 waiter.throw(value)
-        if not self._pending and self._listening:  # (a greenlet switched to above may have handed one over)
+        if self._done:
+            self._back.send()
+        elif not self._pending and self._listening:  # (a greenlet switched to may have handed one over)
             self._back.stop()
             self._listening = False
+
+
+#: The start threads of this process's loop, made at its first offloaded task.
+_pool: _Offload | None = None
 
 
 class GreenWaits(Waits):
     """run/spawn.py's Waits on the gevent loop: no native thread and no hand-off of the GIL per run."""
 
     launches = True
-
-    def __init__(self) -> None:
-        self._offload: _Offload | None = None
 
     def readable(self, fd: int, seconds: float) -> bool:
         try:
@@ -144,7 +158,8 @@ class GreenWaits(Waits):
         return gevent.event.Event()
 
     def offload(self, work: Callable[..., T], *args: Any) -> T:
-        pool = self._offload
+        global _pool
+        pool = _pool
         if pool is None or not pool.usable:
-            pool = self._offload = _Offload(OFFLOAD_THREADS)
+            pool = _pool = _Offload(OFFLOAD_THREADS)
         return pool.run(work, args)

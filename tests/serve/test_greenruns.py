@@ -5,6 +5,8 @@ run never blocks the other greenlets."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import textwrap
 import threading
@@ -342,3 +344,72 @@ def test_offloaded_work_beyond_the_thread_limit_waits_for_a_thread() -> None:
     gevent.joinall(tasks, timeout=30, raise_error=True)
     assert len(started) == count
     assert len({task.value for task in tasks}) <= greenruns.OFFLOAD_THREADS
+
+
+def test_a_failed_start_leaks_no_traceback(capfd: pytest.CaptureFixture[str]) -> None:
+    """An error of offloaded work (a start's OSError) is the waiting run's alone: gevent's own pool also
+    printed its traceback to stderr, which a server must not."""
+    waits = GreenWaits()
+
+    def fails() -> None:
+        raise FileNotFoundError(2, "No such file or directory", "/bad/interpreter")
+
+    with pytest.raises(FileNotFoundError):
+        waits.offload(fails)
+    assert capfd.readouterr().err == ""
+
+
+def test_offloaded_work_in_a_flood_lets_the_other_greenlets_run() -> None:
+    """Greenlets that hand over task after task, each done at once, never hold the loop: a ticker on the
+    loop keeps its turns throughout."""
+    waits = GreenWaits()
+    ticks: list[float] = []
+
+    def ticker() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            gevent.sleep(0.005)
+
+    def flood() -> int:
+        return sum(waits.offload(int, "1") for _ in range(300))
+
+    tick = gevent.spawn(ticker)
+    try:
+        gevent.sleep(0.02)
+        started = time.monotonic()
+        floods = [gevent.spawn(flood) for _ in range(16)]
+        gevent.joinall(floods, timeout=60, raise_error=True)
+        took = time.monotonic() - started
+    finally:
+        tick.kill()
+    assert [f.value for f in floods] == [300] * 16
+    during = [t for t in ticks if started <= t <= started + took]
+    assert len(during) >= 2, (len(during), took)
+    assert max(b - a for a, b in zip([started, *during], [*during, started + took], strict=False)) < 0.5
+
+
+def test_a_forked_child_gets_start_threads_of_its_own() -> None:
+    """The parent's start threads are not in a forked child (the run owner is forked from the master): the
+    child's first offloaded task starts its own rather than waiting forever on the parent's queue."""
+    waits = GreenWaits()
+    assert waits.offload(int, "7") == 7  # the parent's pool, with a thread
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            gevent.reinit()
+            with gevent.Timeout(10):
+                status = 0 if waits.offload(int, "8") == 8 else 1
+        finally:
+            os._exit(status)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the child's offloaded task never ran")
+    assert os.waitstatus_to_exitcode(status) == 0
