@@ -30,8 +30,6 @@ POLL_SECONDS = 0.025
 ORPHAN_POLL_SECONDS = 1.0
 #: How many pids of finished runs' processes are remembered (see ProcessTracker._retired).
 RETIRED_KEPT = 4096
-#: What one read of a /proc file asks for (see _read).
-_READ_SIZE = 8192
 
 
 @dataclass(frozen=True)
@@ -48,26 +46,10 @@ class _Stat:
         return ProcessId(self.pid, self.start)
 
 
-def _read(path: str) -> bytes:
-    """A /proc file's contents, read through a bare descriptor: a run's start and every poll read several,
-    and a buffered file object costs an fstat, an isatty and a seek on top of the open, read and close.
-    /proc fills a read as far as its buffer goes (seq_file), so a short read is the end of the file."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        data = os.read(fd, _READ_SIZE)
-        if len(data) < _READ_SIZE:
-            return data
-        chunks = [data]
-        while chunk := os.read(fd, _READ_SIZE):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def _stat(pid: int) -> _Stat | None:
     try:
-        data = _read(f"/proc/{pid}/stat")
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
@@ -113,7 +95,8 @@ def _children(pid: int) -> list[int] | None:
     pids: list[int] = []
     for task in tasks:
         try:
-            pids.extend(int(p) for p in _read(f"/proc/{pid}/task/{task}/children").split())
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
+                pids.extend(int(p) for p in handle.read().split())
         except FileNotFoundError:
             if not os.path.exists(f"/proc/{pid}/task/{task}"):
                 continue  # the thread ended
@@ -294,10 +277,10 @@ class ProcessTracker:
         exec: a run ending meanwhile on another thread (or on the gevent worker's loop) does not wait.
 
         `offload(launch)` runs the start (the spawn, and the new process's start time and pipe looked up)
-        where the caller wants it: the run owner's, on a native thread of its loop's pool. Only that goes
-        there; this tracker's lock is taken on the caller's thread alone. With gevent's patching (the owner
-        with -state-url) the lock is a lock of the loop, and one taken on a pool thread lost wakeups: the
-        thread waited forever for a lock nobody held, and its run never went past its start
+        where the caller wants it: the run owner's, on one of its loop's native start threads. Only that
+        goes there; this tracker's lock is taken on the caller's thread alone. With gevent's patching (the
+        owner with -state-url) the lock is a lock of the loop, and one taken on a start thread lost wakeups:
+        the thread waited forever for a lock nobody held, and its run never went past its start
         (docs/run-state.md, "A run stuck running")."""
         with self._lock:
             if self.adopt_orphans and self._subreaper_of != os.getpid():
@@ -325,8 +308,8 @@ class ProcessTracker:
 
     def poll_here(self) -> None:
         """Start the poll now, from the caller's thread, rather than from the first start's: the run owner
-        with gevent's patching (-state-url, serve/ownerprocess.py) starts processes on native threads of
-        its loop's pool, where a patched thread would be a greenlet of a loop that never runs; started from
+        with gevent's patching (-state-url, serve/ownerprocess.py) starts processes on its loop's native
+        start threads, where a patched thread would be a greenlet of a loop that never runs; started from
         the loop, it is a greenlet of that loop."""
         with self._lock:
             if self._poller_of != os.getpid():

@@ -3,14 +3,13 @@ it, its exit seen through a pidfd, each within a deadline, and how a run waits a
 
 A run waits through a `Waits`: by default on a native thread of its own (a command thread of the
 scheduler), blocking in poll(2). The gevent worker replaces it (serve/greenruns.py) so that each run is a
-greenlet on the worker's event loop: its process is started on a native thread of the loop's pool (`offload`;
+greenlet on the worker's event loop: its process is started on one of the loop's start threads (`offload`;
 Popen blocks until the child execs, 1.6-3 ms under load, which on the loop itself stalled every connection),
 then its pipe and pidfd are waited on by the loop's watchers, with no command thread per run.
 """
 
 from __future__ import annotations
 
-import fcntl
 import io
 import os
 import select
@@ -76,9 +75,6 @@ def start_process(
     )
 
 
-#: The most one read of a run's output takes.
-_CHUNK = 65536
-
 #: Told each chunk of a run's output as it is read, on the reader's thread (or greenlet); must not block.
 Listener = Callable[[bytes], None]
 
@@ -97,9 +93,6 @@ class Output:
         self._listener = listener
         self._kept = io.BytesIO()
         self.eof = False
-        # Non-blocking, so that the end that often follows a short chunk at once is read without a wait. One
-        # system call: a pipe's read end has no other status flag to keep (os.set_blocking reads them first).
-        fcntl.fcntl(fd, fcntl.F_SETFL, os.O_NONBLOCK)
 
     @property
     def data(self) -> bytes:
@@ -114,26 +107,14 @@ class Output:
                 return False
             if not self._waits.readable(self._fd, wait):
                 continue
-            self._take()
-        return True
-
-    def _take(self) -> None:
-        """Read what the pipe holds: a chunk, and after a short one (the writer had no more for now) one
-        more read, which finds the end when the writers have closed the pipe meanwhile. Never more than
-        that between two waits, so a command that floods its output holds up no other run on the loop."""
-        for _ in range(2):
-            try:
-                chunk = os.read(self._fd, _CHUNK)
-            except BlockingIOError:
-                return
-            if not chunk:
+            chunk = os.read(self._fd, 65536)
+            if chunk:
+                self._kept.write(chunk)
+                if self._listener is not None:
+                    self._listener(chunk)
+            else:
                 self.eof = True
-                return
-            self._kept.write(chunk)
-            if self._listener is not None:
-                self._listener(chunk)
-            if len(chunk) == _CHUNK:
-                return
+        return True
 
     def spend(self, seconds: float) -> None:
         """Spend `seconds` reading (sleeping once the output has ended)."""

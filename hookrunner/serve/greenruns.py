@@ -1,7 +1,8 @@
 """Runs on the gevent worker's event loop: each run a greenlet that has its process started on a native
 thread (Popen blocks until the child execs), waits on its pipe and pidfd with the loop's watchers, sleeps
 with gevent, and hands what else blocks for long (ending a replayed run's previous attempt) to a native
-thread too. The threaded worker keeps run/spawn.py's default: a command thread per run.
+thread too: the process's own start threads (`_Offload`: a queue in C and one watcher of the loop), not
+gevent's pool. The threaded worker keeps run/spawn.py's default: a command thread per run.
 """
 
 from __future__ import annotations
@@ -29,34 +30,21 @@ class _TimedOut(Exception):
     pass
 
 
-#: Forks this process has seen: a pool's threads stay in the process that started them (os.getpid() is a
-#: system call, and `usable` is asked at every start).
-_forks = 0
-
-
-def _forked() -> None:
-    global _forks
-    _forks += 1
-
-
-os.register_at_fork(after_in_child=_forked)
-
-
 class _Offload:
     """The native threads that run a loop's blocking work (a process's start, above all: one a run).
 
     gevent's pool (`hub.threadpool.apply`) does the same with a watcher, an event and a lock made per task,
-    and a queue written in Python; under load a run's start was a fifth of the run owner's loop. Here the
+    and a queue written in Python; under load that hand-off was an eighth of the run owner's GIL. Here the
     tasks go through a queue written in C, and one watcher of the loop brings every finished task back to
     the greenlet that waits for it. Threads are started as the work needs them (none is idle), up to
     `limit`, and live as long as the process; they are native even where gevent has patched threading."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, hub: gevent.hub.Hub) -> None:
         from gevent.monkey import get_original  # as gevent's pool does, at the first task: not at rest
 
         self._limit = limit
-        self._forks = _forks
-        self._hub = gevent.get_hub()
+        self._pid = os.getpid()
+        self._hub = hub
         self._tasks: SimpleQueue[tuple[gevent.hub.Waiter[Any], Callable[..., Any], tuple[Any, ...]]]
         self._tasks = SimpleQueue()
         self._done: deque[tuple[gevent.hub.Waiter[Any], bool, Any]] = deque()
@@ -69,10 +57,9 @@ class _Offload:
         self._back = self._hub.loop.async_()
         self._listening = False
 
-    @property
-    def usable(self) -> bool:
-        """Whether this pool is this process's and its loop the caller's (a fork or another hub makes one)."""
-        return self._forks == _forks and gevent.get_hub() is self._hub
+    def serves(self, hub: gevent.hub.Hub) -> bool:
+        """Whether this pool is `hub`'s in this process (a forked child makes its own: no thread is there)."""
+        return self._hub is hub and self._pid == os.getpid()
 
     def run(self, work: Callable[..., T], args: tuple[Any, ...]) -> T:
         """`work(*args)` on a native thread; the calling greenlet waits for it, the loop runs meanwhile."""
@@ -132,8 +119,8 @@ class _Offload:
             self._listening = False
 
 
-#: The start threads of this process's loop, made at its first offloaded task.
-_pool: _Offload | None = None
+#: Each loop's start threads (as gevent keeps a pool a hub), made at its first offloaded task.
+_pools: dict[int, _Offload] = {}
 
 
 class GreenWaits(Waits):
@@ -158,8 +145,8 @@ class GreenWaits(Waits):
         return gevent.event.Event()
 
     def offload(self, work: Callable[..., T], *args: Any) -> T:
-        global _pool
-        pool = _pool
-        if pool is None or not pool.usable:
-            pool = _pool = _Offload(OFFLOAD_THREADS)
+        hub = gevent.get_hub()
+        pool = _pools.get(id(hub))
+        if pool is None or not pool.serves(hub):
+            pool = _pools[id(hub)] = _Offload(OFFLOAD_THREADS, hub)
         return pool.run(work, args)

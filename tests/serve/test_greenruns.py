@@ -413,3 +413,29 @@ def test_a_forked_child_gets_start_threads_of_its_own() -> None:
         os.waitpid(pid, 0)
         pytest.fail("the child's offloaded task never ran")
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_second_loop_on_another_thread_has_start_threads_of_its_own() -> None:
+    """As gevent keeps a pool a hub: a loop on another thread offloads to threads of its own, and the first
+    loop's pool goes on serving its own loop."""
+    from hookrunner.serve import greenruns
+
+    waits = GreenWaits()
+    assert waits.offload(int, "1") == 1
+    mine = greenruns._pools[id(gevent.get_hub())]
+    results: list[object] = []
+
+    def other_loop() -> None:
+        hub = gevent.get_hub()
+        try:
+            results.append(GreenWaits().offload(int, "2"))
+            results.append(greenruns._pools[id(hub)] is not mine)
+        finally:
+            hub.destroy(destroy_loop=True)
+
+    thread = threading.Thread(target=other_loop)
+    thread.start()
+    thread.join(20)
+    assert results == [2, True]
+    assert greenruns._pools[id(gevent.get_hub())] is mine
+    assert waits.offload(int, "3") == 3
