@@ -11,8 +11,8 @@ lease's) is waited for on the loop.
 
 With the embedded state the loop patches nothing, as the gevent worker's does not (serve/greenworker.py):
 every wait of the runs and connections goes through `GreenWaits`, and blocking work (a process's start)
-runs on the loop's pool of native threads. With -state-url, gevent's patching (socket, select, time,
-threading) is applied first, before psycopg is imported, so that its waits are the loop's
+runs on its native start threads (serve/greenruns.py). With -state-url, gevent's patching (socket, select,
+time, threading) is applied first, before psycopg is imported, so that its waits are the loop's
 (docs/run-state.md, "gevent")."""
 
 from __future__ import annotations

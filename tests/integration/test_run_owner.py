@@ -503,3 +503,29 @@ def test_a_scrape_asked_while_the_owner_was_stopped_counts_what_every_worker_sen
                     os.kill(stopped, signal.SIGCONT)
             assert scrape.result(timeout=15) == sent, scraper
     assert server.stop() == 0
+
+
+def test_a_start_that_fails_past_its_checks_is_answered_and_logged_with_no_traceback(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    """A command that passes every check before the start (it exists, it is executable) but that the
+    kernel will not exec (ENOEXEC): the run owner's start thread raises, the run answers and logs Go's
+    text, and nothing else reaches the log. gevent's pool printed a traceback there, and the task's repr
+    with the start's arguments: the command's whole environment, the server's own variables included."""
+    garbage = tmp_path / "garbage"
+    garbage.write_bytes(b"\x00\x01\x02 not a program")
+    garbage.chmod(0o755)
+    hook = {
+        "id": "garbage",
+        "execute-command": str(garbage),
+        "include-command-output-in-response": True,
+    }
+    server = start(tmp_path, servers, [hook])
+    status, _, body = server.request("POST", "/hooks/garbage")
+    assert (status, body) == (
+        500,
+        b"Error occurred while executing the hook's command. Please check your logs for more details.",
+    )
+    assert server.wait_for_log(f"error occurred: fork/exec {garbage}: exec format error"), server.log
+    assert server.stop() == 0
+    assert "Traceback" not in server.log and "OSError" not in server.log, server.log[-3000:]

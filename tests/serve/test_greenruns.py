@@ -5,6 +5,8 @@ run never blocks the other greenlets."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import textwrap
 import threading
@@ -45,7 +47,12 @@ def finish(way: str, future: Future[CommandResult], limit: float = 20.0) -> Comm
 
 def run(way: str, hook: Hook, runner: CommandRunner | None = None) -> CommandResult:
     runner = runner or runner_for(way)
-    return finish(way, runner.submit(hook, Request(id="r1", method="POST", remote_addr="127.0.0.1:1", payload={"ref": "main"})))
+    return finish(
+        way,
+        runner.submit(
+            hook, Request(id="r1", method="POST", remote_addr="127.0.0.1:1", payload={"ref": "main"})
+        ),
+    )
 
 
 @pytest.fixture
@@ -71,7 +78,9 @@ def probe(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("way", WAYS)
-def test_argv_env_cwd_group_and_streams_are_the_same_either_way(way: str, probe: Path, tmp_path: Path) -> None:
+def test_argv_env_cwd_group_and_streams_are_the_same_either_way(
+    way: str, probe: Path, tmp_path: Path
+) -> None:
     hook = Hook(
         id="h",
         execute_command=str(probe),
@@ -106,7 +115,7 @@ def test_a_missing_command_and_an_unstartable_one_give_todays_error_texts(way: s
 @pytest.mark.parametrize("way", WAYS)
 def test_exit_status_and_signal_texts(way: str, tmp_path: Path) -> None:
     script = tmp_path / "die"
-    script.write_text("#!/bin/sh\necho partial\n[ \"$1\" = kill ] && kill -9 $$\nexit 3\n")
+    script.write_text('#!/bin/sh\necho partial\n[ "$1" = kill ] && kill -9 $$\nexit 3\n')
     script.chmod(0o755)
     failed = run(way, Hook(id="h", execute_command=str(script)))
     assert (failed.output, failed.error) == (b"partial\n", "exit status 3")
@@ -167,7 +176,9 @@ def test_on_the_loop_shutdown_waits_for_runs_without_blocking_them(tmp_path: Pat
     script.write_text(f"#!/bin/sh\nsleep 0.3\ntouch {marker}\n")
     script.chmod(0o755)
     runner = runner_for("greenlets")
-    runner.start(Hook(id="h", execute_command=str(script)), Request(id="r1", method="POST", remote_addr="127.0.0.1:1"))
+    runner.start(
+        Hook(id="h", execute_command=str(script)), Request(id="r1", method="POST", remote_addr="127.0.0.1:1")
+    )
     started = time.monotonic()
     runner.shutdown(grace=5)
     assert marker.exists()
@@ -175,7 +186,9 @@ def test_on_the_loop_shutdown_waits_for_runs_without_blocking_them(tmp_path: Pat
     forever = tmp_path / "forever"
     forever.write_text("#!/bin/sh\nsleep 30 &\nwait\n")
     forever.chmod(0o755)
-    future = runner.submit(Hook(id="h", execute_command=str(forever)), Request(id="r2", method="POST", remote_addr="127.0.0.1:1"))
+    future = runner.submit(
+        Hook(id="h", execute_command=str(forever)), Request(id="r2", method="POST", remote_addr="127.0.0.1:1")
+    )
     deadline = time.monotonic() + 5
     while runner.running == 0 and time.monotonic() < deadline:
         gevent.sleep(0.01)
@@ -267,3 +280,162 @@ def test_on_the_loop_a_run_waiting_under_the_global_cap_is_answered_at_once(tmp_
     assert (runner.running, runner.queued) == (1, 1)
     runner.shutdown(grace=5)
     assert (runner.running, runner.queued) == (0, 0)
+
+
+def test_offloaded_work_runs_on_native_threads_while_the_loop_goes_on() -> None:
+    """A start handed off (GreenWaits.offload) blocks a native thread, never the loop: the work below waits
+    for an event that only a greenlet on the loop sets, so it returns True only if the loop ran meanwhile."""
+    waits = GreenWaits()
+    release = threading.Event()
+    loop_thread = threading.get_ident()
+
+    def blocking(number: int) -> tuple[int, bool, int]:
+        return number, release.wait(20), threading.get_ident()
+
+    def releaser() -> None:
+        gevent.sleep(0.01)
+        release.set()
+
+    gevent.spawn(releaser)
+    tasks = [gevent.spawn(waits.offload, blocking, number) for number in range(3)]
+    gevent.joinall(tasks, timeout=30, raise_error=True)
+    results = [task.value for task in tasks]
+    assert [number for number, _, _ in results] == [0, 1, 2]
+    assert all(released for _, released, _ in results), results
+    assert loop_thread not in {ident for _, _, ident in results}
+
+
+def test_offloaded_work_raises_in_the_greenlet_that_waits_for_it() -> None:
+    waits = GreenWaits()
+
+    def fails(path: str) -> None:
+        raise OSError(13, "Permission denied", path)
+
+    with pytest.raises(OSError) as raised:
+        waits.offload(fails, "/nowhere")
+    assert (raised.value.errno, raised.value.filename) == (13, "/nowhere")
+    assert waits.offload(lambda: "after") == "after"  # the thread that raised serves on
+
+
+def test_offloaded_work_beyond_the_thread_limit_waits_for_a_thread() -> None:
+    """More blocked tasks than OFFLOAD_THREADS: no more threads than that are started, and the tasks past
+    the limit run once one is free."""
+    from hookrunner.serve import greenruns
+
+    waits = GreenWaits()
+    release = threading.Event()
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def blocking() -> int:
+        with lock:
+            started.append(threading.get_ident())
+        release.wait(20)
+        return threading.get_ident()
+
+    def releaser() -> None:
+        while len(started) < greenruns.OFFLOAD_THREADS:
+            gevent.sleep(0.005)
+        release.set()
+
+    count = greenruns.OFFLOAD_THREADS + 2
+    gevent.spawn(releaser)
+    tasks = [gevent.spawn(waits.offload, blocking) for _ in range(count)]
+    gevent.joinall(tasks, timeout=30, raise_error=True)
+    assert len(started) == count
+    assert len({task.value for task in tasks}) <= greenruns.OFFLOAD_THREADS
+
+
+def test_a_failed_start_leaks_no_traceback(capfd: pytest.CaptureFixture[str]) -> None:
+    """An error of offloaded work (a start's OSError) is the waiting run's alone: gevent's own pool also
+    printed its traceback to stderr, which a server must not."""
+    waits = GreenWaits()
+
+    def fails() -> None:
+        raise FileNotFoundError(2, "No such file or directory", "/bad/interpreter")
+
+    with pytest.raises(FileNotFoundError):
+        waits.offload(fails)
+    assert capfd.readouterr().err == ""
+
+
+def test_offloaded_work_in_a_flood_lets_the_other_greenlets_run() -> None:
+    """Greenlets that hand over task after task, each done at once, never hold the loop: a ticker on the
+    loop keeps its turns throughout."""
+    waits = GreenWaits()
+    ticks: list[float] = []
+
+    def ticker() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            gevent.sleep(0.005)
+
+    def flood() -> int:
+        return sum(waits.offload(int, "1") for _ in range(300))
+
+    tick = gevent.spawn(ticker)
+    try:
+        gevent.sleep(0.02)
+        started = time.monotonic()
+        floods = [gevent.spawn(flood) for _ in range(16)]
+        gevent.joinall(floods, timeout=60, raise_error=True)
+        took = time.monotonic() - started
+    finally:
+        tick.kill()
+    assert [f.value for f in floods] == [300] * 16
+    during = [t for t in ticks if started <= t <= started + took]
+    assert len(during) >= 2, (len(during), took)
+    assert max(b - a for a, b in zip([started, *during], [*during, started + took], strict=False)) < 0.5
+
+
+def test_a_forked_child_gets_start_threads_of_its_own() -> None:
+    """The parent's start threads are not in a forked child (the run owner is forked from the master): the
+    child's first offloaded task starts its own rather than waiting forever on the parent's queue."""
+    waits = GreenWaits()
+    assert waits.offload(int, "7") == 7  # the parent's pool, with a thread
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            gevent.reinit()
+            with gevent.Timeout(10):
+                status = 0 if waits.offload(int, "8") == 8 else 1
+        finally:
+            os._exit(status)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the child's offloaded task never ran")
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_second_loop_on_another_thread_has_start_threads_of_its_own() -> None:
+    """As gevent keeps a pool a hub: a loop on another thread offloads to threads of its own, and the first
+    loop's pool goes on serving its own loop."""
+    from hookrunner.serve import greenruns
+
+    waits = GreenWaits()
+    assert waits.offload(int, "1") == 1
+    mine = greenruns._pools[id(gevent.get_hub())]
+    results: list[object] = []
+
+    def other_loop() -> None:
+        hub = gevent.get_hub()
+        try:
+            results.append(GreenWaits().offload(int, "2"))
+            results.append(greenruns._pools[id(hub)] is not mine)
+        finally:
+            hub.destroy(destroy_loop=True)
+
+    thread = threading.Thread(target=other_loop)
+    thread.start()
+    thread.join(20)
+    assert results == [2, True]
+    assert greenruns._pools[id(gevent.get_hub())] is mine
+    assert waits.offload(int, "3") == 3
