@@ -78,46 +78,49 @@ def fork_exec_process(
         if b"=" in name:
             raise ValueError("illegal environment variable name")
         env_list.append(name + b"=" + os.fsencode(value))
-    devnull = os.open(os.devnull, os.O_RDWR)
-    to_close = [devnull]
+    parents: list[int] = []  # our ends, kept only once the child has started
+    childs: list[int] = []  # the child's, closed here whatever happens (it has its own copies)
     try:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        childs.append(devnull)
         read_end, write_end = os.pipe()
-        to_close.append(write_end)
+        parents.append(read_end)
+        childs.append(write_end)
         errpipe_read, errpipe_write = os.pipe()
-        to_close.append(errpipe_write)
-        try:
-            assert _fork_exec is not None
-            pid = _fork_exec(
-                argv,
-                (os.fsencode(path),),
-                True,  # close every other descriptor in the child
-                (errpipe_write,),
-                cwd,
-                env_list,
-                devnull,  # stdin
-                -1,
-                read_end,
-                write_end,  # stdout
-                -1,
-                write_end,  # stderr: the same pipe
-                errpipe_read,
-                errpipe_write,
-                True,  # restore_signals: SIGPIPE and SIGXFSZ back to their default
-                True,  # a new session
-                -1,  # no process group of its own to join
-                None,
-                None,
-                None,  # no user or group change
-                -1,  # the umask as it is
-                None,  # no preexec_fn
-                _USE_VFORK,
-            )
-        except BaseException:
-            os.close(read_end)
-            os.close(errpipe_read)
-            raise
+        parents.append(errpipe_read)
+        childs.append(errpipe_write)
+        assert _fork_exec is not None
+        pid = _fork_exec(
+            argv,
+            (os.fsencode(path),),
+            True,  # close every other descriptor in the child
+            (errpipe_write,),
+            cwd,
+            env_list,
+            devnull,  # stdin
+            -1,
+            read_end,
+            write_end,  # stdout
+            -1,
+            write_end,  # stderr: the same pipe
+            errpipe_read,
+            errpipe_write,
+            True,  # restore_signals: SIGPIPE and SIGXFSZ back to their default
+            True,  # a new session
+            -1,  # no process group of its own to join
+            None,
+            None,
+            None,  # no user or group change
+            -1,  # the umask as it is
+            None,  # no preexec_fn
+            _USE_VFORK,
+        )
+    except BaseException:
+        for fd in parents:
+            os.close(fd)
+        raise
     finally:
-        for fd in to_close:
+        for fd in childs:
             os.close(fd)
     try:
         error = bytearray()

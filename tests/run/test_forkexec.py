@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -211,3 +212,32 @@ def test_exit_codes_and_signals_are_popens() -> None:
     os.killpg(sleeper.pid, signal.SIGKILL)  # its own process group: the timeout's kill
     assert _finish(sleeper)[1] == -signal.SIGKILL
     assert sleeper.poll() == -signal.SIGKILL  # collected once, kept
+
+
+#: Run in a fresh interpreter: a descriptor limit that leaves room for /dev/null and one pipe, not two.
+NO_ROOM = """
+import json, os, resource
+from hookrunner.run.forkexec import fork_exec_process
+from hookrunner.run.spawn import popen_process
+def free_below(limit):
+    return sum(1 for fd in range(limit) if not os.path.exists(f"/proc/self/fd/{fd}"))
+limit = 3
+while free_below(limit) < 3:
+    limit += 1
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+seen = {}
+for name, start in (("fork_exec", fork_exec_process), ("popen", popen_process)):
+    before = sorted(os.listdir("/proc/self/fd"))
+    try:
+        start("/bin/true", ["true"], {}, None)
+    except OSError as exc:
+        seen[name] = [type(exc).__name__, exc.errno, sorted(os.listdir("/proc/self/fd")) == before]
+print(json.dumps(seen))
+"""
+
+
+def test_out_of_descriptors_raises_what_popen_raises_and_leaks_none() -> None:
+    done = subprocess.run([sys.executable, "-c", NO_ROOM], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["fork_exec"] == seen["popen"] == ["OSError", errno.EMFILE, True], seen
