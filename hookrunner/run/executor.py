@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from hookrunner.run.claimed import NOT_STARTED, ClaimedRuns, Held
 from hookrunner.run.history import Recorder, Ticket
 from hookrunner.run.prepare import coalesce_group, inherited_environment, prepare
 from hookrunner.run.processes import ProcessTracker, RunProcesses, end_previous_attempt
-from hookrunner.run.spawn import Exit, Listener, Output, Waits, start_process
+from hookrunner.run.spawn import Exit, Listener, Output, Process, Waits, start_process
 from hookrunner.run.startwait import START_WAIT, OnStarted, StartWaits, told_once
 from hookrunner.run.tempfiles import create_temp, write_temp
 from hookrunner.state.backend import RunState, StateUnavailable
@@ -81,7 +80,7 @@ class CommandRunner:
         #: How long a background run's answer waits for its start (START_WAIT).
         self.start_wait = START_WAIT
         self._lock = threading.Lock()
-        self._processes: set[subprocess.Popen[bytes]] = set()
+        self._processes: set[Process] = set()
         # Set when shutdown gives up waiting: queued runs must not start commands the exiting process
         # would leave behind (each in a session of its own, nothing would end them).
         self._closing = False
@@ -520,9 +519,9 @@ class CommandRunner:
             with self._lock:
                 self._processes.discard(process)
         if timed_out:
-            return output.data, f"{_TIMED_OUT} {timeout:g}s ({exit_text(process.returncode)})"
-        if process.returncode != 0:
-            return output.data, exit_text(process.returncode)
+            return output.data, f"{_TIMED_OUT} {timeout:g}s ({exit_text(exit_.code)})"
+        if exit_.code != 0:
+            return output.data, exit_text(exit_.code)
         return output.data, None
 
     def _is_closing(self) -> bool:

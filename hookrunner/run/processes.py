@@ -13,13 +13,13 @@ import ctypes
 import errno
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from hookrunner.run.spawn import Process
 from hookrunner.state.model import ProcessId
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -228,10 +228,10 @@ class RunProcesses:
 
 
 #: What a leader's start gives: its Popen, its id (pid and start time) and its output pipe's /proc name.
-_Started = tuple[subprocess.Popen[bytes], ProcessId, str]
+_Started = tuple[Process, ProcessId, str]
 
 
-def _launch(spawn: Callable[[], subprocess.Popen[bytes]]) -> _Started:
+def _launch(spawn: Callable[[], Process]) -> _Started:
     """Start a leader and name it; touches nothing shared, so that it may run on any thread."""
     process = spawn()
     stat = _stat(process.pid)
@@ -267,10 +267,10 @@ class ProcessTracker:
 
     def start(
         self,
-        spawn: Callable[[], subprocess.Popen[bytes]],
+        spawn: Callable[[], Process],
         on_found: Callable[[ProcessId], None] | None,
         offload: Callable[[Callable[[], _Started]], _Started] = _here,
-    ) -> tuple[subprocess.Popen[bytes], RunProcesses]:
+    ) -> tuple[Process, RunProcesses]:
         """Start a run's leader with `spawn` and track it. While a leader is being started (its pid not yet
         known as a leader) the reaper leaves alone every zombie that started since, so a leader's exit
         status stays its Popen's. The lock is not held across the start, which waits for the child to

@@ -17,9 +17,21 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import IO, Any, Protocol, TypeVar
+
+from hookrunner.run.forkexec import fork_exec_process
 
 T = TypeVar("T")
+
+
+class Process(Protocol):
+    """A started command's process as the run path uses it: a subprocess.Popen, or forkexec.py's own."""
+
+    pid: int
+    stdout: IO[bytes] | None
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
 
 
 class StartSignal(Protocol):
@@ -57,12 +69,19 @@ class Waits:
         return work(*args)
 
 
-def start_process(
+def start_process(path: str, argv: list[str], env: dict[str, str], cwd: str | None) -> Process:
+    """A command's process: argv (never a shell) with `path` as the executable, no stdin, stdout and stderr
+    on one pipe, in a process group and session of its own (a timeout or shutdown ends all of it), and no
+    other descriptor of ours. Popen's child code starts it, without Popen's Python where forkexec.py can
+    (Popen otherwise); with vfork(), waiting until the child has exec'd: nothing here forces a fork."""
+    spawned = fork_exec_process(path, argv, env, cwd)
+    return spawned if spawned is not None else popen_process(path, argv, env, cwd)
+
+
+def popen_process(
     path: str, argv: list[str], env: dict[str, str], cwd: str | None
 ) -> subprocess.Popen[bytes]:
-    """A command's process: argv (never a shell) with `path` as the executable, no stdin, stdout and stderr
-    on one pipe, in a process group and session of its own (a timeout or shutdown ends all of it).
-    Python's Popen starts it with vfork(): nothing here forces a fork (no preexec_fn, no user change)."""
+    """start_process's child, started by Popen itself (where forkexec.py does not start it)."""
     return subprocess.Popen(
         argv,
         executable=path,
@@ -125,9 +144,9 @@ class Output:
 
 class Exit:
     """Waits for a started process's exit through a pidfd (readable once it has exited), or, on a kernel
-    without them, by polling; the exit status is then collected by its Popen, at once."""
+    without them, by polling; the exit status is then collected by its `poll`, at once."""
 
-    def __init__(self, process: subprocess.Popen[bytes], waits: Waits) -> None:
+    def __init__(self, process: Process, waits: Waits) -> None:
         self._process = process
         self._waits = waits
         self._pidfd = -1
@@ -149,6 +168,13 @@ class Exit:
                 self._waits.sleep(min(pause, wait))
                 pause = min(pause * 2, 0.05)
         return True
+
+    @property
+    def code(self) -> int:
+        """The process's exit code (-N for a signal N), once `wait` has returned True."""
+        code = self._process.returncode
+        assert code is not None, "the process has not been seen to exit"
+        return code
 
     def close(self) -> None:
         if self._pidfd >= 0:

@@ -3,6 +3,8 @@ end or to a deadline, the exit seen through a pidfd within a deadline."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -13,7 +15,9 @@ from hookrunner.run.spawn import Exit, Output, Waits, start_process
 
 
 def test_a_started_process_gets_argv_env_cwd_no_stdin_one_pipe_and_its_own_session(tmp_path: Path) -> None:
-    script = "import os, sys; print(sys.argv[1:], os.environ['ONLY'], os.getcwd(), os.readlink('/proc/self/fd/0'))"
+    script = (
+        "import os, sys; print(sys.argv[1:], os.environ['ONLY'], os.getcwd(), os.readlink('/proc/self/fd/0'))"
+    )
     script += "; print(os.getpgid(0) == os.getpid() == os.getsid(0)); print('err', file=sys.stderr)"
     process = start_process(sys.executable, ["python-x", "-c", script, "a b"], {"ONLY": "1"}, str(tmp_path))
     assert process.stdout is not None
@@ -24,7 +28,9 @@ def test_a_started_process_gets_argv_env_cwd_no_stdin_one_pipe_and_its_own_sessi
     exit_.close()
     process.stdout.close()
     assert process.returncode == 0
-    assert sorted(output.data.decode().splitlines()) == sorted([f"['a b'] 1 {tmp_path} /dev/null", "True", "err"])
+    assert sorted(output.data.decode().splitlines()) == sorted(
+        [f"['a b'] 1 {tmp_path} /dev/null", "True", "err"]
+    )
 
 
 def test_a_missing_executable_raises_its_errno() -> None:
@@ -55,7 +61,7 @@ def test_exit_wait_stops_when_told_to() -> None:
     started = time.monotonic()
     assert not exit_.wait(None, stop=lambda: time.monotonic() - started > 0.1)
     assert time.monotonic() - started < 1
-    process.kill()
+    os.kill(process.pid, signal.SIGKILL)
     assert exit_.wait(time.monotonic() + 5)
     assert process.returncode == -9
     exit_.close()
@@ -68,9 +74,11 @@ def test_a_listener_is_told_each_chunk_as_it_is_read_before_the_process_ends() -
     process = start_process(sys.executable, [sys.executable, "-c", code], {}, None)
     assert process.stdout is not None
     heard: list[tuple[bytes, bool]] = []
-    output = Output(process.stdout.fileno(), Waits(), lambda chunk: heard.append((chunk, process.poll() is None)))
+    output = Output(
+        process.stdout.fileno(), Waits(), lambda chunk: heard.append((chunk, process.poll() is None))
+    )
     assert output.read(time.monotonic() + 10)
-    process.wait()
+    assert Exit(process, Waits()).wait(time.monotonic() + 10)
     process.stdout.close()
     assert heard[0] == (b"one\n", True)  # told while the process still ran
     assert b"".join(chunk for chunk, _ in heard) == output.data == b"one\ntwo\n"
