@@ -82,7 +82,7 @@ class CommandRunner:
         self._lock = threading.Lock()
         self._processes: set[Process] = set()
         # Set when shutdown gives up waiting: queued runs must not start commands the exiting process
-        # would leave behind (each in a session of its own, nothing would end them).
+        # would leave behind (each in a process group of its own, nothing would end them).
         self._closing = False
         self._max_concurrent = max_concurrent
         self._journal: Journal | None = None

@@ -65,11 +65,11 @@ class StartedProcess:
 
 
 def fork_exec_process(
-    path: str, argv: list[str], env: dict[str, str], cwd: str | None
+    path: str, argv: list[str], env: dict[str, str], cwd: str | None, session: bool = True
 ) -> StartedProcess | None:
     """Start `argv` with `path` as the executable exactly as spawn.start_process's Popen does, or return None
     (nothing started) where this module does not: another Python, or a path with no folder (Popen would
-    search PATH for it)."""
+    search PATH for it). In a process group of its own, and with `session` in a session of its own too."""
     if not _USABLE or not os.path.dirname(path):
         return None
     env_list = []
@@ -106,8 +106,8 @@ def fork_exec_process(
             errpipe_read,
             errpipe_write,
             True,  # restore_signals: SIGPIPE and SIGXFSZ back to their default
-            True,  # a new session
-            -1,  # no process group of its own to join
+            session,  # a new session (which is a new process group too)
+            -1 if session else 0,  # else a new process group alone
             None,
             None,
             None,  # no user or group change

@@ -196,8 +196,8 @@ def become_subreaper() -> bool:
 
 @dataclass(eq=False)
 class RunProcesses:
-    """One run's processes: its leader (the head of a process group and session of its own) and every
-    process found to be the run's since."""
+    """One run's processes: its leader (the head of a process group of its own, and of a session too while
+    the server has a terminal: spawn.own_session) and every process found to be the run's since."""
 
     leader: ProcessId
     #: The run's output pipe as /proc names a descriptor on it: a process holding it is the run's.

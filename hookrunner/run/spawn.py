@@ -10,6 +10,7 @@ then its pipe and pidfd are waited on by the loop's watchers, with no command th
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import select
@@ -71,15 +72,33 @@ class Waits:
 
 def start_process(path: str, argv: list[str], env: dict[str, str], cwd: str | None) -> Process:
     """A command's process: argv (never a shell) with `path` as the executable, no stdin, stdout and stderr
-    on one pipe, in a process group and session of its own (a timeout or shutdown ends all of it), and no
-    other descriptor of ours. Popen's child code starts it, without Popen's Python where forkexec.py can
-    (Popen otherwise); with vfork(), waiting until the child has exec'd: nothing here forces a fork."""
-    spawned = fork_exec_process(path, argv, env, cwd)
-    return spawned if spawned is not None else popen_process(path, argv, env, cwd)
+    on one pipe, in a process group of its own (a timeout or shutdown ends all of it; a session of its own
+    too while this process has a terminal: `own_session`), and no other descriptor of ours. Popen's child
+    code starts it, without Popen's Python where forkexec.py can (Popen otherwise); with vfork(), waiting
+    until the child has exec'd: nothing here forces a fork."""
+    session = own_session()
+    spawned = fork_exec_process(path, argv, env, cwd, session)
+    return spawned if spawned is not None else popen_process(path, argv, env, cwd, session)
+
+
+@functools.cache
+def own_session() -> bool:
+    """Whether each command gets a session of its own besides its process group: only while this process has
+    a controlling terminal, which a command in a session of its own can neither read nor be stopped for (a
+    background process group of the terminal's session is stopped when it reads it). Without a terminal a
+    session would change one thing only: with Linux's autogroups (on by default, for processes outside a
+    CPU cgroup) each session is a scheduling group of its own, as heavy as the whole server, and a load of
+    commands then starves the server (docs/performance.md, "Commands and the scheduler's autogroups")."""
+    try:
+        tty = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:  # ENXIO: no controlling terminal
+        return False
+    os.close(tty)
+    return True
 
 
 def popen_process(
-    path: str, argv: list[str], env: dict[str, str], cwd: str | None
+    path: str, argv: list[str], env: dict[str, str], cwd: str | None, session: bool = True
 ) -> subprocess.Popen[bytes]:
     """start_process's child, started by Popen itself (where forkexec.py does not start it)."""
     return subprocess.Popen(
@@ -90,7 +109,8 @@ def popen_process(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        start_new_session=True,
+        start_new_session=session,
+        process_group=None if session else 0,
     )
 
 

@@ -46,16 +46,19 @@ print(json.dumps({
     'env': open('/proc/self/environ', 'rb').read().decode(),
     'fds': fds,
     'same_pipe': os.fstat(1).st_ino == os.fstat(2).st_ino,
-    'session_leader': os.getsid(0) == os.getpgid(0) == os.getpid(),
+    'group_leader': os.getpgid(0) == os.getpid(),
+    'session_leader': os.getsid(0) == os.getpid(),
     'cwd': os.getcwd(),
     'signals': {name: status(name) for name in ('SigBlk', 'SigIgn')},
 }))
 """
 
 
-def _popen(path: str, argv: list[str], env: dict[str, str], cwd: str | None = None) -> Process:
+def _popen(
+    path: str, argv: list[str], env: dict[str, str], cwd: str | None = None, session: bool = True
+) -> Process:
     """The child Popen gives, as spawn.start_process started every run before forkexec.py."""
-    return popen_process(path, argv, env, cwd)
+    return popen_process(path, argv, env, cwd, session)
 
 
 def _finish(process: Process) -> tuple[bytes, int]:
@@ -68,23 +71,24 @@ def _finish(process: Process) -> tuple[bytes, int]:
     return output.data, exit_.code
 
 
-def _probe(start: str, cwd: str | None = None) -> dict[str, object]:
+def _probe(start: str, cwd: str | None = None, session: bool = True) -> dict[str, object]:
     env = {"ONLY": "one", "SPACED": "a b", "EMPTY": "", "LANG": "C"}
     argv = ["probe-x", "-c", PROBE, "an arg", ""]
     if start == "fork_exec":
-        process: Process | None = fork_exec_process(sys.executable, argv, env, cwd)
+        process: Process | None = fork_exec_process(sys.executable, argv, env, cwd, session)
         assert isinstance(process, StartedProcess)
     else:
-        process = _popen(sys.executable, argv, env, cwd)
+        process = _popen(sys.executable, argv, env, cwd, session)
     data, code = _finish(process)
     assert code == 0, data
     seen: dict[str, object] = json.loads(data)
     return seen
 
 
+@pytest.mark.parametrize("session", [True, False], ids=["own-session", "own-group"])
 @pytest.mark.parametrize("in_folder", [False, True], ids=["own-folder", "command-working-directory"])
 def test_the_child_is_the_one_popen_gives_argv_env_descriptors_signals_and_session(
-    tmp_path: Path, in_folder: bool
+    tmp_path: Path, in_folder: bool, session: bool
 ) -> None:
     # A thread with a signal blocked and one more ignored: the child inherits both, as Popen's does.
     seen: dict[str, dict[str, object]] = {}
@@ -92,7 +96,7 @@ def test_the_child_is_the_one_popen_gives_argv_env_descriptors_signals_and_sessi
     def both() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
         for start in ("popen", "fork_exec"):
-            seen[start] = _probe(start, str(tmp_path) if in_folder else None)
+            seen[start] = _probe(start, str(tmp_path) if in_folder else None, session)
 
     previous = signal.signal(signal.SIGWINCH, signal.SIG_IGN)
     try:
@@ -109,7 +113,8 @@ def test_the_child_is_the_one_popen_gives_argv_env_descriptors_signals_and_sessi
     fds = spawned["fds"]
     assert isinstance(fds, dict) and sorted(fds) == ["0", "1", "2"], fds  # and no descriptor of ours
     assert fds["0"][0] == "/dev/null" and int(fds["0"][1], 8) & os.O_ACCMODE == os.O_RDWR  # Popen's DEVNULL
-    assert fds["1"][0] == fds["2"][0] == "pipe" and spawned["same_pipe"] and spawned["session_leader"]
+    assert fds["1"][0] == fds["2"][0] == "pipe" and spawned["same_pipe"] and spawned["group_leader"]
+    assert spawned["session_leader"] is session
     assert spawned["cwd"] == (str(tmp_path) if in_folder else os.getcwd())
     sigs = spawned["signals"]
     assert isinstance(sigs, dict)

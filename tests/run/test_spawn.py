@@ -4,21 +4,25 @@ end or to a deadline, the exit seen through a pidfd within a deadline."""
 from __future__ import annotations
 
 import os
+import pty
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from hookrunner.run.spawn import Exit, Output, Waits, start_process
+from hookrunner.run.spawn import Exit, Output, Waits, own_session, start_process
 
 
 def test_a_started_process_gets_argv_env_cwd_no_stdin_one_pipe_and_its_own_session(tmp_path: Path) -> None:
     script = (
         "import os, sys; print(sys.argv[1:], os.environ['ONLY'], os.getcwd(), os.readlink('/proc/self/fd/0'))"
     )
-    script += "; print(os.getpgid(0) == os.getpid() == os.getsid(0)); print('err', file=sys.stderr)"
+    script += (
+        "; print(os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid()); print('err', file=sys.stderr)"
+    )
     process = start_process(sys.executable, ["python-x", "-c", script, "a b"], {"ONLY": "1"}, str(tmp_path))
     assert process.stdout is not None
     output = Output(process.stdout.fileno(), Waits())
@@ -29,7 +33,7 @@ def test_a_started_process_gets_argv_env_cwd_no_stdin_one_pipe_and_its_own_sessi
     process.stdout.close()
     assert process.returncode == 0
     assert sorted(output.data.decode().splitlines()) == sorted(
-        [f"['a b'] 1 {tmp_path} /dev/null", "True", "err"]
+        [f"['a b'] 1 {tmp_path} /dev/null", f"True {own_session()}", "err"]
     )
 
 
@@ -82,3 +86,46 @@ def test_a_listener_is_told_each_chunk_as_it_is_read_before_the_process_ends() -
     process.stdout.close()
     assert heard[0] == (b"one\n", True)  # told while the process still ran
     assert b"".join(chunk for chunk, _ in heard) == output.data == b"one\ntwo\n"
+
+
+#: Starts a command as a run does and prints whether the server had a terminal and whether the command heads
+#: a process group, and a session, of its own.
+_SESSION_PROBE = """
+import os, sys, time
+from hookrunner.run.spawn import Exit, Output, Waits, own_session, start_process
+code = "import os; print(os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid())"
+process = start_process(sys.executable, [sys.executable, "-c", code], {}, None)
+output = Output(process.stdout.fileno(), Waits())
+output.read(time.monotonic() + 10)
+Exit(process, Waits()).wait(time.monotonic() + 10)
+print("terminal", own_session(), "command", output.data.decode().strip(), flush=True)
+"""
+
+
+def test_a_command_gets_a_session_of_its_own_only_while_the_server_has_a_terminal() -> None:
+    # No controlling terminal (a session of its own has none): a process group of its own, in our session.
+    plain = subprocess.run(
+        [sys.executable, "-c", _SESSION_PROBE],
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=30,
+    )
+    assert plain.stdout.strip() == "terminal False command True False", plain.stderr
+    # A controlling terminal (a pty's child heads a session whose terminal it is): a session of its own too.
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.execv(sys.executable, [sys.executable, "-c", _SESSION_PROBE])
+    seen = b""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the pty's other end is closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(fd)
+    os.waitpid(pid, 0)
+    assert b"terminal True command True True" in seen, seen
