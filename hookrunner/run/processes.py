@@ -453,6 +453,10 @@ class _Owners:
         runs = self.runs
         self._by_id = {member: run for run in runs for member in run.members}
         self._by_group = {run.leader.pid: run for run in runs}
+        # Commands share this process's session unless it has a terminal (spawn.own_session): a process in
+        # it is nobody's by its session, even should a run's leader have been given that id (a dead leader's).
+        self._session = os.getsid(0)
+        self._by_session = {leader: run for leader, run in self._by_group.items() if leader != self._session}
         # Each process's descriptors are listed once, however many runs there are (a stop with thousands).
         self._by_output = {run.pipe: index for index, run in reversed(list(enumerate(runs))) if run.pipe}
         self._owner: dict[int, RunProcesses | None] = {}
@@ -466,11 +470,12 @@ class _Owners:
         me = self.me
         if stat is None or stat.zombie or pid == me:
             return None
-        run = self._by_id.get(stat.id) or self._by_group.get(stat.pgid) or self._by_group.get(stat.sid)
+        run = self._by_id.get(stat.id) or self._by_group.get(stat.pgid) or self._by_session.get(stat.sid)
         if run is None and stat.ppid != me:
             run = self.of(stat.ppid)
         retired = self.retired
-        if run is None and retired is not None and stat.ppid == me and not {stat.pgid, stat.sid} & retired:
+        heads = {stat.pgid, stat.sid} - {self._session}
+        if run is None and retired is not None and stat.ppid == me and not heads & retired:
             older = [r for r in self.runs if r.leader.start <= stat.start]
             run = older[0] if len(older) == 1 else None
         if run is None and self.by_pipe:

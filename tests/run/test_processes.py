@@ -260,6 +260,23 @@ def test_which_run_a_process_belongs_to() -> None:
         assert one.members == {one.leader} and two.members == {two.leader}, (retired, runs)
 
 
+def test_a_process_is_nobodys_by_the_session_commands_share_with_the_server() -> None:
+    # Without a terminal, commands head a process group only and stay in the server's session: a process in
+    # that session is not a run's by it, even were a run's leader given the session's id (a dead leader's).
+    from hookrunner.run.processes import RunProcesses, _attribute
+    from hookrunner.run.processes import _Stat as S
+
+    me, session = 100, os.getsid(0)
+    run = RunProcesses(ProcessId(session, 1000), "")
+    elsewhere = {301: S(301, me, 301, session, 1001, False)}  # another group, the server's session
+    _attribute(elsewhere, [run], me, None, False)
+    assert run.members == {run.leader}
+    # A process in the run's own session (a terminal's case: the leader heads one) is the run's.
+    leader = RunProcesses(ProcessId(400, 1000), "")
+    _attribute({401: S(401, me, 401, 400, 1001, False)}, [leader], me, None, False)
+    assert {p.pid for p in leader.members} == {400, 401}
+
+
 def test_holders_of_a_runs_output_are_found_listing_each_process_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """By the output pipe (a stop ends runs so): each process's descriptors are read once, not once per
     run, so a stop with thousands of runs does not read /proc millions of times; the first run wins."""
