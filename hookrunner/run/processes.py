@@ -505,8 +505,10 @@ def previous_attempt(recorded: Sequence[ProcessId]) -> list[ProcessId]:
     everything = _all_processes()
     leader = recorded[0]
     now = everything.get(leader.pid)
-    # The leader's pid names its group and session only while it is not another process's pid.
-    group = now is None or now.start == leader.start
+    # The leader's pid names its group and session only while it is not another process's pid, and never
+    # this process's own group or session: the kernel hands out no pid in use as a group or session id, so
+    # a leader's pid names ours only when it went, once free, to the process that made ours (exited since).
+    group = (now is None or now.start == leader.start) and leader.pid not in (os.getpgid(0), os.getsid(0))
     found = {p.pid for p in recorded if (s := everything.get(p.pid)) is not None and s.start == p.start}
     for stat in everything.values():
         if group and leader.pid in (stat.pgid, stat.sid) and stat.start >= leader.start:

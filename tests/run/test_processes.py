@@ -131,6 +131,38 @@ def test_a_previous_attempt_that_ignores_term_is_killed_after_the_grace() -> Non
         leader.stdout.close()  # type: ignore[union-attr]
 
 
+SESSION_REUSED = """
+import json, os, sys, time
+from hookrunner.run.processes import identify, previous_attempt
+head = identify(os.getpid())  # the session's and group's head, as a recorded leader of that pid would be
+if os.fork():
+    os._exit(0)  # the head exits: its pid still names the session and the group of the process left
+while os.path.exists(f"/proc/{head.pid}"):  # until the test has reaped it
+    time.sleep(0.01)
+if sys.argv[1] == "group":
+    os.setpgid(0, 0)  # a group of its own: in the dead head's session only
+print(json.dumps([p.pid for p in previous_attempt([head])]), os.getpid(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["session", "group"])
+def test_a_recorded_leader_pid_that_names_our_own_session_or_group_takes_nothing(kind: str) -> None:
+    # A server started by a process that made a session (or group) and has exited since (a login shell,
+    # `setsid sh -c 'hookrunner &'`) runs in a session whose id is a free pid: a dead previous attempt's
+    # leader may have had it. That session is the server's and, without a terminal, its commands': none of
+    # it is the previous attempt's (the server would end itself).
+    head = subprocess.Popen(
+        [sys.executable, "-c", SESSION_REUSED, kind], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert head.stdout is not None
+    head.wait(timeout=10)
+    try:
+        found, me = head.stdout.readline().split()
+        assert json.loads(found) == [], (found, me)
+    finally:
+        head.stdout.close()
+
+
 def test_a_recorded_pid_now_held_by_another_process_is_left_alone() -> None:
     other = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
