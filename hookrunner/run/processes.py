@@ -486,14 +486,21 @@ class _Owners:
 
 
 def _signal_all(runs: Iterable[RunProcesses], sig: signal.Signals, only_new: bool = False) -> None:
+    """`sig` to every process of `runs`; a TERM is followed by a CONT, so that a stopped process handles it
+    now and not at the KILL after the grace. A command heads a process group in the server's session (no
+    terminal: spawn.own_session), which is not orphaned while the server lives: a SIGTSTP, SIGTTIN or
+    SIGTTOU stops it there (in a session of its own, an orphaned group, the kernel ignored them)."""
+    follow = (sig, signal.SIGCONT) if sig == signal.SIGTERM else (sig,)
     for run in runs:
         if not only_new:
-            try:
-                os.killpg(run.leader.pid, sig)  # the leader's group, members not seen yet included
-            except OSError:
-                pass
+            for each in follow:
+                try:
+                    os.killpg(run.leader.pid, each)  # the leader's group, members not seen yet included
+                except OSError:
+                    pass
         for process in run.running():
-            send(process, sig)
+            for each in follow:
+                send(process, each)
 
 
 def previous_attempt(recorded: Sequence[ProcessId]) -> list[ProcessId]:

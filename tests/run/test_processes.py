@@ -18,6 +18,7 @@ import pytest
 
 from hookrunner.run.processes import (
     ProcessId,
+    ProcessTracker,
     _stat,
     end_previous_attempt,
     identify,
@@ -236,6 +237,35 @@ def test_the_subreaper_adopts_orphans_reaps_them_and_keeps_its_commands_exit_sta
     assert seen["adopted"][0] in seen["members"], seen  # and was found to be the run's
     assert seen["zombies"] == [], seen
     assert seen["status"] == 3, seen
+
+
+def test_a_stopped_command_handles_the_timeouts_term_at_once() -> None:
+    # A command in a process group of the server's session is stopped by a SIGTSTP (its group is not
+    # orphaned); one stopped with a TERM handler ran it only at the KILL after the grace, and was killed.
+    tracker = ProcessTracker()
+    script = "trap 'exit 7' TERM; kill -TSTP $$; sleep 30"
+
+    def spawn() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(["sh", "-c", script], stdout=subprocess.DEVNULL, process_group=0)
+
+    process, run = tracker.start(spawn, None)
+    try:
+
+        def state() -> str:
+            return Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+        deadline = time.monotonic() + 5
+        while state() != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert state() == "T"  # stopped
+        began = time.monotonic()
+        tracker.end([run], 5.0, time.sleep)
+        took = time.monotonic() - began
+        assert process.wait(timeout=5) == 7 and took < 2.0, (process.returncode, took)
+    finally:
+        process.kill()
+        process.wait()
+        tracker.done(run)
 
 
 def test_runs_one_after_another_share_one_poll_thread_that_still_finds_their_processes() -> None:
