@@ -488,8 +488,9 @@ class _Owners:
 def _signal_all(runs: Iterable[RunProcesses], sig: signal.Signals, only_new: bool = False) -> None:
     """`sig` to every process of `runs`; a TERM is followed by a CONT, so that a stopped process handles it
     now and not at the KILL after the grace. A command heads a process group in the server's session (no
-    terminal: spawn.own_session), which is not orphaned while the server lives: a SIGTSTP, SIGTTIN or
-    SIGTTOU stops it there (in a session of its own, an orphaned group, the kernel ignored them)."""
+    terminal: spawn.own_session), which is not orphaned while the server lives: a SIGTSTP stops it there
+    (SIGTTIN and SIGTTOU too, once it sets them back from ignored: serve/runowner.py), where the kernel
+    ignored them in a session of its own, an orphaned group."""
     follow = (sig, signal.SIGCONT) if sig == signal.SIGTERM else (sig,)
     for run in runs:
         if not only_new:
