@@ -486,14 +486,22 @@ class _Owners:
 
 
 def _signal_all(runs: Iterable[RunProcesses], sig: signal.Signals, only_new: bool = False) -> None:
+    """`sig` to every process of `runs`; a TERM is followed by a CONT, so that a stopped process handles it
+    now and not at the KILL after the grace. A command heads a process group in the server's session (no
+    terminal: spawn.own_session), which is not orphaned while the server lives: a SIGTSTP stops it there
+    (SIGTTIN and SIGTTOU too, once it sets them back from ignored: serve/runowner.py), where the kernel
+    ignored them in a session of its own, an orphaned group."""
+    follow = (sig, signal.SIGCONT) if sig == signal.SIGTERM else (sig,)
     for run in runs:
         if not only_new:
-            try:
-                os.killpg(run.leader.pid, sig)  # the leader's group, members not seen yet included
-            except OSError:
-                pass
+            for each in follow:
+                try:
+                    os.killpg(run.leader.pid, each)  # the leader's group, members not seen yet included
+                except OSError:
+                    pass
         for process in run.running():
-            send(process, sig)
+            for each in follow:
+                send(process, each)
 
 
 def previous_attempt(recorded: Sequence[ProcessId]) -> list[ProcessId]:
@@ -505,8 +513,10 @@ def previous_attempt(recorded: Sequence[ProcessId]) -> list[ProcessId]:
     everything = _all_processes()
     leader = recorded[0]
     now = everything.get(leader.pid)
-    # The leader's pid names its group and session only while it is not another process's pid.
-    group = now is None or now.start == leader.start
+    # The leader's pid names its group and session only while it is not another process's pid, and never
+    # this process's own group or session: the kernel hands out no pid in use as a group or session id, so
+    # a leader's pid names ours only when it went, once free, to the process that made ours (exited since).
+    group = (now is None or now.start == leader.start) and leader.pid not in (os.getpgid(0), os.getsid(0))
     found = {p.pid for p in recorded if (s := everything.get(p.pid)) is not None and s.start == p.start}
     for stat in everything.values():
         if group and leader.pid in (stat.pgid, stat.sid) and stat.start >= leader.start:

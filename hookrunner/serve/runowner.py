@@ -16,24 +16,25 @@ import socket
 import sys
 import time
 from collections.abc import Collection
+from types import FrameType
 
 from hookrunner.ops.log import log
 from hookrunner.run.wire import EVENT, Message, PeerGone, pair, send
 from hookrunner.serve.context import RELOAD_SIGNALS
 
-#: What the master sends its workers (the terminal's keys, gunicorn's own): the owner ignores them; the
-#: master stops it with SIGTERM, after the workers.
-_IGNORED = (
-    signal.SIGINT,
-    signal.SIGQUIT,
-    signal.SIGUSR2,
-    signal.SIGWINCH,
-    signal.SIGTTIN,
-    signal.SIGTTOU,
-)
+#: What the master sends its workers (the terminal's keys, gunicorn's own): the owner does nothing on them;
+#: the master stops it with SIGTERM, after the workers. Caught by a handler that does nothing rather than
+#: ignored: an ignored signal stays ignored through exec, and every command started with SIGINT, SIGQUIT,
+#: SIGUSR2 and SIGWINCH ignored (webhook's with none; a shell script cannot even trap one it began with
+#: ignored), where a caught one is back to its default in the command.
+_SWALLOWED = (signal.SIGINT, signal.SIGQUIT, signal.SIGUSR2, signal.SIGWINCH)
+#: Ignored, and so in commands too: caught, a write to the terminal from a background process group (with
+#: `stty tostop`) would have the kernel send SIGTTOU to the whole group, the master's, which gunicorn
+#: takes for "one worker fewer", and retry the write.
+_IGNORED = (signal.SIGTTIN, signal.SIGTTOU)
 #: Signals blocked across the owner's fork until its own handlers are in place: a stop sent meanwhile
 #: would otherwise reach the master's copied handlers and be lost.
-_HELD = {signal.SIGTERM, signal.SIGCHLD, *_IGNORED, *RELOAD_SIGNALS}
+_HELD = {signal.SIGTERM, signal.SIGCHLD, *_SWALLOWED, *_IGNORED, *RELOAD_SIGNALS}
 #: How long stop() waits for the owner to end after SIGTERM before SIGKILL.
 STOP_WAIT = 5.0
 #: An owner that ends is replaced at once, unless it and the one before it each ended within this long of
@@ -243,9 +244,15 @@ def _close_inherited(keep: set[int]) -> None:
                 pass  # the listing's own descriptor, closed already
 
 
+def _nothing(signum: int, frame: FrameType | None) -> None:
+    """A swallowed signal's handler (_SWALLOWED)."""
+
+
 def _serve_owner(control: socket.socket, epoch: int, keep_out: tuple[int, ...]) -> int:
     """The owner process: set up, then serve the runs of the workers the master passes on
     (serve/ownerprocess.py) until SIGTERM or the master's end."""
+    for signum in _SWALLOWED:
+        signal.signal(signum, _nothing)
     for signum in _IGNORED:
         signal.signal(signum, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))

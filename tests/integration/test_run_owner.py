@@ -529,3 +529,33 @@ def test_a_start_that_fails_past_its_checks_is_answered_and_logged_with_no_trace
     assert server.wait_for_log(f"error occurred: fork/exec {garbage}: exec format error"), server.log
     assert server.stop() == 0
     assert "Traceback" not in server.log and "OSError" not in server.log, server.log[-3000:]
+
+
+def test_a_command_starts_with_the_signals_webhooks_start_with_and_the_owner_shrugs_them_off(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    """The owner ignored SIGINT, SIGQUIT, SIGUSR2 and SIGWINCH (the terminal's keys, gunicorn's own), and an
+    ignored signal stays ignored through exec: every command began with them ignored, where webhook's begin
+    with none (a shell script cannot even trap one). It now catches them with a handler that does nothing,
+    which the exec resets; SIGTTIN and SIGTTOU stay ignored (runowner.py says why)."""
+    hook = {
+        "id": "signals",
+        "execute-command": "/bin/grep",
+        "pass-arguments-to-command": [
+            {"source": "string", "name": "^SigIgn"},
+            {"source": "string", "name": "/proc/self/status"},
+        ],
+        "include-command-output-in-response": True,
+    }
+    server = start(tmp_path, servers, [hook])
+    (owner,) = run_owner_pids(server.process.pid)
+    for sent in (signal.SIGINT, signal.SIGQUIT, signal.SIGUSR2, signal.SIGWINCH):
+        os.kill(owner, sent)
+    time.sleep(0.3)
+    status, _, body = server.request("POST", "/hooks/signals")
+    assert status == 200, body
+    ignored = int(body.decode().split()[1], 16)
+    assert ignored == 1 << (signal.SIGTTIN - 1) | 1 << (signal.SIGTTOU - 1), body
+    assert run_owner_pids(server.process.pid) == [owner]  # none of the four ended it
+    assert server.stop() == 0
+    assert "Traceback" not in server.log, server.log[-3000:]

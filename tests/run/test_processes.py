@@ -18,6 +18,7 @@ import pytest
 
 from hookrunner.run.processes import (
     ProcessId,
+    ProcessTracker,
     _stat,
     end_previous_attempt,
     identify,
@@ -131,6 +132,38 @@ def test_a_previous_attempt_that_ignores_term_is_killed_after_the_grace() -> Non
         leader.stdout.close()  # type: ignore[union-attr]
 
 
+SESSION_REUSED = """
+import json, os, sys, time
+from hookrunner.run.processes import identify, previous_attempt
+head = identify(os.getpid())  # the session's and group's head, as a recorded leader of that pid would be
+if os.fork():
+    os._exit(0)  # the head exits: its pid still names the session and the group of the process left
+while os.path.exists(f"/proc/{head.pid}"):  # until the test has reaped it
+    time.sleep(0.01)
+if sys.argv[1] == "group":
+    os.setpgid(0, 0)  # a group of its own: in the dead head's session only
+print(json.dumps([p.pid for p in previous_attempt([head])]), os.getpid(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["session", "group"])
+def test_a_recorded_leader_pid_that_names_our_own_session_or_group_takes_nothing(kind: str) -> None:
+    # A server started by a process that made a session (or group) and has exited since (a login shell,
+    # `setsid sh -c 'hookrunner &'`) runs in a session whose id is a free pid: a dead previous attempt's
+    # leader may have had it. That session is the server's and, without a terminal, its commands': none of
+    # it is the previous attempt's (the server would end itself).
+    head = subprocess.Popen(
+        [sys.executable, "-c", SESSION_REUSED, kind], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert head.stdout is not None
+    head.wait(timeout=10)
+    try:
+        found, me = head.stdout.readline().split()
+        assert json.loads(found) == [], (found, me)
+    finally:
+        head.stdout.close()
+
+
 def test_a_recorded_pid_now_held_by_another_process_is_left_alone() -> None:
     other = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
@@ -204,6 +237,35 @@ def test_the_subreaper_adopts_orphans_reaps_them_and_keeps_its_commands_exit_sta
     assert seen["adopted"][0] in seen["members"], seen  # and was found to be the run's
     assert seen["zombies"] == [], seen
     assert seen["status"] == 3, seen
+
+
+def test_a_stopped_command_handles_the_timeouts_term_at_once() -> None:
+    # A command in a process group of the server's session is stopped by a SIGTSTP (its group is not
+    # orphaned); one stopped with a TERM handler ran it only at the KILL after the grace, and was killed.
+    tracker = ProcessTracker()
+    script = "trap 'exit 7' TERM; kill -TSTP $$; sleep 30"
+
+    def spawn() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(["sh", "-c", script], stdout=subprocess.DEVNULL, process_group=0)
+
+    process, run = tracker.start(spawn, None)
+    try:
+
+        def state() -> str:
+            return Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+        deadline = time.monotonic() + 5
+        while state() != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert state() == "T"  # stopped
+        began = time.monotonic()
+        tracker.end([run], 5.0, time.sleep)
+        took = time.monotonic() - began
+        assert process.wait(timeout=5) == 7 and took < 2.0, (process.returncode, took)
+    finally:
+        process.kill()
+        process.wait()
+        tracker.done(run)
 
 
 def test_runs_one_after_another_share_one_poll_thread_that_still_finds_their_processes() -> None:
