@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hookrunner.run.forkexec import StartedProcess, available, fork_exec_process
+from hookrunner.run.processes import _children as children_of
 from hookrunner.run.spawn import Exit, Output, Process, Waits, popen_process
 
 
@@ -201,12 +202,11 @@ def test_an_exec_that_fails_raises_what_popen_raises_and_leaves_no_child(
 
 
 def _children() -> set[int]:
-    """This process's children, zombies included (this test's own and any an earlier test left running)."""
-    found: set[int] = set()
-    for task in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{task}/children") as handle:
-            found.update(int(pid) for pid in handle.read().split())
-    return found
+    """This process's children, zombies included (this test's own and any an earlier test left running), as
+    the process tracker finds them (every thread's /proc children file)."""
+    found = children_of(os.getpid())
+    assert found is not None, "no /proc/<pid>/task/<tid>/children on this kernel"
+    return set(found)
 
 
 def test_a_bad_variable_name_is_popens_value_error_and_a_bare_name_goes_to_popen() -> None:
