@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 from hookrunner.run.spawn import Process
 from hookrunner.state.model import ProcessId
@@ -232,15 +231,11 @@ _Started = tuple[Process, ProcessId, str]
 
 
 def _launch(spawn: Callable[[], Process]) -> _Started:
-    """Start a leader and name it; touches nothing shared, so that it may run on any thread."""
+    """Start a leader and name it."""
     process = spawn()
     stat = _stat(process.pid)
     pipe = f"pipe:[{os.fstat(process.stdout.fileno()).st_ino}]" if process.stdout is not None else ""
     return process, ProcessId(process.pid, stat.start if stat is not None else 0), pipe
-
-
-def _here(launch: Callable[[], _Started]) -> _Started:
-    return launch()
 
 
 class ProcessTracker:
@@ -266,22 +261,16 @@ class ProcessTracker:
         self._work = threading.Condition(self._lock)
 
     def start(
-        self,
-        spawn: Callable[[], Process],
-        on_found: Callable[[ProcessId], None] | None,
-        offload: Callable[[Callable[[], _Started]], _Started] = _here,
+        self, spawn: Callable[[], Process], on_found: Callable[[ProcessId], None] | None
     ) -> tuple[Process, RunProcesses]:
         """Start a run's leader with `spawn` and track it. While a leader is being started (its pid not yet
         known as a leader) the reaper leaves alone every zombie that started since, so a leader's exit
         status stays its Popen's. The lock is not held across the start, which waits for the child to
-        exec: a run ending meanwhile on another thread (or on the gevent worker's loop) does not wait.
+        exec: a run ending meanwhile on another thread does not wait.
 
-        `offload(launch)` runs the start (the spawn, and the new process's start time and pipe looked up)
-        where the caller wants it: the run owner's, on one of its loop's native start threads. Only that
-        goes there; this tracker's lock is taken on the caller's thread alone. With gevent's patching (the
-        owner with -state-url) the lock is a lock of the loop, and one taken on a start thread lost wakeups:
-        the thread waited forever for a lock nobody held, and its run never went past its start
-        (docs/run-state.md, "A run stuck running")."""
+        The start runs on the caller's thread: the run owner's loop itself (docs/run-state.md, "The start
+        on the loop"). With gevent's patching (the owner with -state-url) this tracker's lock is a lock of
+        that loop, and the poll's thread, started here at the first start, a greenlet of it."""
         with self._lock:
             if self.adopt_orphans and self._subreaper_of != os.getpid():
                 become_subreaper()
@@ -289,7 +278,7 @@ class ProcessTracker:
             since = _boot_ticks()
             self._starting.append(since)
         try:
-            process, leader, pipe = offload(partial(_launch, spawn))
+            process, leader, pipe = _launch(spawn)
         except BaseException:
             with self._lock:
                 self._starting.remove(since)
@@ -305,16 +294,6 @@ class ProcessTracker:
             else:
                 self._work.notify()
         return process, run
-
-    def poll_here(self) -> None:
-        """Start the poll now, from the caller's thread, rather than from the first start's: the run owner
-        with gevent's patching (-state-url, serve/ownerprocess.py) starts processes on its loop's native
-        start threads, where a patched thread would be a greenlet of a loop that never runs; started from
-        the loop, it is a greenlet of that loop."""
-        with self._lock:
-            if self._poller_of != os.getpid():
-                threading.Thread(target=self._poll, name="run-processes", daemon=True).start()
-                self._poller_of = os.getpid()
 
     def done(self, run: RunProcesses) -> None:
         """The run is over and its leader waited for: what it left running is no longer looked after

@@ -2,10 +2,9 @@
 it, its exit seen through a pidfd, each within a deadline, and how a run waits and where it runs.
 
 A run waits through a `Waits`: by default on a native thread of its own (a command thread of the
-scheduler), blocking in poll(2). The gevent worker replaces it (serve/greenruns.py) so that each run is a
-greenlet on the worker's event loop: its process is started on one of the loop's start threads (`offload`;
-Popen blocks until the child execs, 1.6-3 ms under load, which on the loop itself stalled every connection),
-then its pipe and pidfd are waited on by the loop's watchers, with no command thread per run.
+scheduler), blocking in poll(2). The run owner replaces it (serve/greenruns.py) so that each run is a
+greenlet on its event loop: its process is started on the loop itself (the start blocks only until the child
+execs: vfork), then its pipe and pidfd are waited on by the loop's watchers, with no command thread per run.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Many short runs started at once by the run owner's runner as it runs with -state-url, in a process of its
-own for tests/run/test_processes.py: gevent's patching applied first, as serve/ownerprocess.py applies it,
-then a CommandRunner on GreenWaits (each process started on a native thread of the loop's pool) whose
-tracker polls from the loop. argv: the command, how many runs, how many at once, the seconds one run may
-take. Prints `ended E of N, stuck S` (a run stuck: not ended within its seconds) and exits 1 if any stuck."""
+own for tests/run/test_processes_patched.py: gevent's patching applied first, as serve/ownerprocess.py
+applies it, then a CommandRunner on GreenWaits (each process started on the loop) whose tracker polls
+from the loop. argv: the command, how many runs, how many at once, the seconds one run may take. Prints
+`ended E of N, stuck S` (a run stuck: not ended within its seconds) and exits 1 if any stuck."""
 
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ def main() -> int:
     log.enabled = False  # a few lines a run, thousands of runs
     runner = CommandRunner(adopt_orphans=True)
     runner.use(GreenWaits())
-    runner.poll_processes_here()
     hook = Hook(id="quick", execute_command=command)
     ended = stuck = 0
 
@@ -54,4 +53,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    os._exit(main())  # a stuck start's native thread is never let go: no waiting for it at exit
+    os._exit(main())  # a stuck run is never let go: no waiting for it at exit
