@@ -466,11 +466,10 @@ class CommandRunner:
             return b"", problem
         found = held.found if held is not None else None
         try:
-            # Starting blocks this thread (in the run owner, its loop) until the child execs: a fraction of a
-            # millisecond, less than a hand-off to a native thread and back costs (docs/run-state.md, "The
-            # start on the loop").
+            # Starting blocks until the child execs: where `waits.start` says (the run owner's loop itself,
+            # docs/run-state.md, "The start on the loop"); the tracker's bookkeeping stays on this thread.
             spawn = partial(start_process, path, argv, env, cwd)
-            process, run = self._tracker.start(spawn, found)
+            process, run = self._tracker.start(spawn, found, self.waits.start)
         except OSError as exc:
             return b"", f"fork/exec {path}: {errno_text(exc)}"
         except ValueError:  # what start_problem did not foresee: Go's fork fails with EINVAL for it

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from hookrunner.run.spawn import Process
 from hookrunner.state.model import ProcessId
@@ -231,11 +232,15 @@ _Started = tuple[Process, ProcessId, str]
 
 
 def _launch(spawn: Callable[[], Process]) -> _Started:
-    """Start a leader and name it."""
+    """Start a leader and name it; touches nothing shared, so that it may run on any thread."""
     process = spawn()
     stat = _stat(process.pid)
     pipe = f"pipe:[{os.fstat(process.stdout.fileno()).st_ino}]" if process.stdout is not None else ""
     return process, ProcessId(process.pid, stat.start if stat is not None else 0), pipe
+
+
+def _here(launch: Callable[[], _Started]) -> _Started:
+    return launch()
 
 
 class ProcessTracker:
@@ -261,16 +266,24 @@ class ProcessTracker:
         self._work = threading.Condition(self._lock)
 
     def start(
-        self, spawn: Callable[[], Process], on_found: Callable[[ProcessId], None] | None
+        self,
+        spawn: Callable[[], Process],
+        on_found: Callable[[ProcessId], None] | None,
+        offload: Callable[[Callable[[], _Started]], _Started] = _here,
     ) -> tuple[Process, RunProcesses]:
         """Start a run's leader with `spawn` and track it. While a leader is being started (its pid not yet
         known as a leader) the reaper leaves alone every zombie that started since, so a leader's exit
         status stays its Popen's. The lock is not held across the start, which waits for the child to
-        exec: a run ending meanwhile on another thread does not wait.
+        exec: a run ending meanwhile on another thread (or on the gevent worker's loop) does not wait.
 
-        The start runs on the caller's thread: the run owner's loop itself (docs/run-state.md, "The start
-        on the loop"). With gevent's patching (the owner with -state-url) this tracker's lock is a lock of
-        that loop, and the poll's thread, started here at the first start, a greenlet of it."""
+        `offload(launch)` runs the start (the spawn, and the new process's start time and pipe looked up)
+        where the caller wants it: the run owner's, on its loop itself, or on one of its native threads
+        while commands get a session of their own (serve/greenruns.py, `GreenWaits.start`). Only that goes
+        there; this tracker's lock is taken on the caller's thread alone, and the poll's thread is started
+        there too. With gevent's patching (the owner with -state-url) the lock is a lock of the loop, and
+        one taken on a native thread lost wakeups: the thread waited forever for a lock nobody held, and its
+        run never went past its start (docs/run-state.md, "A run stuck running"); a patched thread started
+        there would be a greenlet of a loop that never runs."""
         with self._lock:
             if self.adopt_orphans and self._subreaper_of != os.getpid():
                 become_subreaper()
@@ -278,7 +291,7 @@ class ProcessTracker:
             since = _boot_ticks()
             self._starting.append(since)
         try:
-            process, leader, pipe = _launch(spawn)
+            process, leader, pipe = offload(partial(_launch, spawn))
         except BaseException:
             with self._lock:
                 self._starting.remove(since)

@@ -4,7 +4,8 @@ it, its exit seen through a pidfd, each within a deadline, and how a run waits a
 A run waits through a `Waits`: by default on a native thread of its own (a command thread of the
 scheduler), blocking in poll(2). The run owner replaces it (serve/greenruns.py) so that each run is a
 greenlet on its event loop: its process is started on the loop itself (the start blocks only until the child
-execs: vfork), then its pipe and pidfd are waited on by the loop's watchers, with no command thread per run.
+execs: vfork; on a native thread while commands get a session of their own), then its pipe and pidfd are
+waited on by the loop's watchers, with no command thread per run.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ class Waits:
     def offload(self, work: Callable[..., T], *args: Any) -> T:
         """Run blocking `work` (one that sleeps in time.sleep) and return its result."""
         return work(*args)
+
+    def start(self, launch: Callable[[], T]) -> T:
+        """Run a process's start, which blocks until the child execs, and return what it returns."""
+        return launch()
 
 
 def start_process(path: str, argv: list[str], env: dict[str, str], cwd: str | None) -> Process:

@@ -1,7 +1,8 @@
 """Many short runs started at once by the run owner's runner as it runs with -state-url, in a process of its
-own for tests/run/test_processes_patched.py: gevent's patching applied first, as serve/ownerprocess.py
-applies it, then a CommandRunner on GreenWaits (each process started on the loop) whose tracker polls
-from the loop. argv: the command, how many runs, how many at once, the seconds one run may take. Prints
+own for tests/run/test_processes_offload.py: gevent's patching applied first, as serve/ownerprocess.py
+applies it, then a CommandRunner on GreenWaits whose tracker polls from the loop, each process started on
+the loop (`loop`) or, as while commands get a session of their own, on a native thread (`thread`). argv:
+the command, how many runs, how many at once, the seconds one run may take, where starts run. Prints
 `ended E of N, stuck S` (a run stuck: not ended within its seconds) and exits 1 if any stuck."""
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from hookrunner.hooks.request import Request  # noqa: E402
 from hookrunner.ops.log import log  # noqa: E402
 from hookrunner.run.executor import CommandRunner  # noqa: E402
 from hookrunner.run.prepare import prepare  # noqa: E402
+from hookrunner.serve import greenruns  # noqa: E402
 from hookrunner.serve.greenruns import GreenWaits  # noqa: E402
 
 
 def main() -> int:
     command, runs, at_once, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    if sys.argv[5] == "thread":  # the start's choice only: each child still gets a process group alone
+        greenruns.own_session = lambda: True
     log.enabled = False  # a few lines a run, thousands of runs
     runner = CommandRunner(adopt_orphans=True)
     runner.use(GreenWaits())
@@ -53,4 +57,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    os._exit(main())  # a stuck run is never let go: no waiting for it at exit
+    os._exit(main())  # a stuck start's native thread is never let go: no waiting for it at exit

@@ -25,6 +25,7 @@ from hookrunner.run import executor, startwait
 from hookrunner.run.executor import CommandResult, CommandRunner
 from hookrunner.run.processes import identify
 from hookrunner.run.spawn import own_session
+from hookrunner.serve import greenruns
 from hookrunner.serve.greenruns import GreenWaits
 
 WAYS = ("threads", "greenlets")
@@ -243,7 +244,10 @@ def test_on_the_loop_a_background_run_whose_start_is_slow_is_answered_after_star
 ) -> None:
     """A lone push does not wait for its start; one behind it waits for its own, and a start that waits
     for a core longer than START_WAIT does not hold that push's answer longer: it is answered then, and the
-    processes still start."""
+    processes still start. So where starts run on a native thread: while commands get a session of their
+    own (a terminal). On the loop itself a start holds the loop, this wait included; the worker, which
+    answers the push, keeps its own START_WAIT (run/ownerclient.py)."""
+    monkeypatch.setattr(greenruns, "own_session", lambda: True)
     real = executor.start_process
 
     def slow_start(*args: Any) -> Any:
@@ -282,6 +286,20 @@ def test_on_the_loop_a_run_waiting_under_the_global_cap_is_answered_at_once(tmp_
     assert (runner.running, runner.queued) == (1, 1)
     runner.shutdown(grace=5)
     assert (runner.running, runner.queued) == (0, 0)
+
+
+def test_a_start_runs_on_the_loop_unless_commands_get_a_session_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the loop's own thread where each command gets a process group alone (no terminal); on a native
+    thread where each gets a session too, whose child leaves this process's scheduling group before its
+    exec (docs/run-state.md, "The start on the loop")."""
+    waits = GreenWaits()
+    loop = threading.get_ident()
+    monkeypatch.setattr(greenruns, "own_session", lambda: False)
+    assert waits.start(threading.get_ident) == loop
+    monkeypatch.setattr(greenruns, "own_session", lambda: True)
+    assert waits.start(threading.get_ident) != loop
 
 
 def test_offloaded_work_runs_on_native_threads_while_the_loop_goes_on() -> None:
