@@ -11,7 +11,9 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,23 @@ def finish(way: str, future: Future[CommandResult], limit: float = 20.0) -> Comm
         while not future.done() and time.monotonic() < deadline:
             gevent.sleep(0.005)
     return future.result(timeout=limit)
+
+
+@contextmanager
+def ticking() -> Iterator[list[float]]:
+    """A greenlet of the loop that notes the time every 10 ms while the block runs: gaps show the loop held."""
+    ticks: list[float] = []
+
+    def ticker() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            gevent.sleep(0.01)
+
+    tick = gevent.spawn(ticker)
+    try:
+        yield ticks
+    finally:
+        tick.kill()
 
 
 def run(way: str, hook: Hook, runner: CommandRunner | None = None) -> CommandResult:
@@ -151,21 +170,11 @@ def test_a_timeout_ends_the_leader_and_every_descendant(way: str, tmp_path: Path
 
 def test_on_the_loop_a_waiting_run_lets_the_other_greenlets_run(tmp_path: Path) -> None:
     runner = runner_for("greenlets")
-    ticks: list[float] = []
-
-    def ticker() -> None:
-        while True:
-            ticks.append(time.monotonic())
-            gevent.sleep(0.01)
-
-    tick = gevent.spawn(ticker)
-    try:
+    with ticking() as ticks:
         hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.5"),))
         started = time.monotonic()
         result = run("greenlets", hook, runner)
         took = time.monotonic() - started
-    finally:
-        tick.kill()
     assert result.ok and took >= 0.5
     during = [t for t in ticks if started <= t <= started + took]
     assert len(during) >= 3, len(during)  # ~50 at 10 ms; none if the run had blocked the loop
@@ -238,19 +247,20 @@ def test_on_the_loop_a_push_is_answered_before_its_start_only_when_none_is_ahead
     assert (runner.running, runner.ahead) == (0, 0)
 
 
-def test_on_the_loop_a_background_run_whose_start_is_slow_is_answered_after_start_wait(
+def test_on_the_loop_a_background_run_whose_start_is_late_is_answered_after_start_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A lone push does not wait for its start; one behind it waits for its own, and a start that waits
-    for a core longer than START_WAIT does not hold that push's answer longer: it is answered then, and the
-    processes still start."""
+    """A lone push does not wait for its start; one behind it waits for its own, and a start that comes
+    later than START_WAIT, its greenlet held up while the loop goes on, does not hold that push's answer
+    longer: it is answered then, and the processes still start. (The start itself runs on the loop and
+    holds it while it lasts: the next test.)"""
     real = executor.start_process
 
-    def slow_start(*args: Any) -> Any:
-        time.sleep(0.5)  # on the pool's thread, as a start stuck behind the machine's load would be
+    def late_start(*args: Any) -> Any:
+        gevent.sleep(0.5)  # held up before the start, the loop free meanwhile
         return real(*args)
 
-    monkeypatch.setattr(executor, "start_process", slow_start)
+    monkeypatch.setattr(executor, "start_process", late_start)
     runner = runner_for("greenlets")
     assert runner.start_wait == executor.START_WAIT < 0.25
     hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.3"),))
@@ -267,6 +277,34 @@ def test_on_the_loop_a_background_run_whose_start_is_slow_is_answered_after_star
     assert (runner.running, runner.ahead) == (2, 0)  # started all the same
     runner.shutdown(grace=5)
     assert runner.running == 0
+
+
+def test_on_the_loop_a_start_runs_on_the_loops_thread_and_holds_the_loop_while_it_lasts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's start is not handed to a native thread: it runs in the run's greenlet on the loop's own
+    thread, which waits for it (docs/run-state.md, "The start on the loop"); a start slower than START_WAIT
+    (here 0.3 s) holds every greenlet of the loop, a push's answer included, as long."""
+    real = executor.start_process
+    spans: list[tuple[float, float, int]] = []
+
+    def slow_start(*args: Any) -> Any:
+        began = time.monotonic()
+        time.sleep(0.3)  # a blocking start, as an exec that waits for a core is
+        process = real(*args)
+        spans.append((began, time.monotonic(), threading.get_ident()))
+        return process
+
+    monkeypatch.setattr(executor, "start_process", slow_start)
+    runner = runner_for("greenlets")
+    with ticking() as ticks:
+        gevent.sleep(0.05)
+        hook = Hook(id="h", execute_command="/bin/true")
+        assert finish("greenlets", runner.submit(hook, Request(id="r1", method="POST", remote_addr="::1"))).ok
+    ((began, ended, thread),) = spans
+    assert thread == threading.get_ident()  # the loop's thread: no hand-off
+    assert [t for t in ticks if began < t < ended] == [], (began, ended, ticks)  # the loop waited for it
+    assert any(t > ended for t in ticks)  # and went on after
 
 
 def test_on_the_loop_a_run_waiting_under_the_global_cap_is_answered_at_once(tmp_path: Path) -> None:
