@@ -323,7 +323,7 @@ def test_on_the_loop_a_run_waiting_under_the_global_cap_is_answered_at_once(tmp_
 
 
 def test_offloaded_work_runs_on_native_threads_while_the_loop_goes_on() -> None:
-    """A start handed off (GreenWaits.offload) blocks a native thread, never the loop: the work below waits
+    """Work handed off (GreenWaits.offload) blocks a native thread, never the loop: the work below waits
     for an event that only a greenlet on the loop sets, so it returns True only if the loop ran meanwhile."""
     waits = GreenWaits()
     release = threading.Event()
@@ -386,8 +386,8 @@ def test_offloaded_work_beyond_the_thread_limit_waits_for_a_thread() -> None:
     assert len({task.value for task in tasks}) <= greenruns.OFFLOAD_THREADS
 
 
-def test_a_failed_start_leaks_no_traceback(capfd: pytest.CaptureFixture[str]) -> None:
-    """An error of offloaded work (a start's OSError) is the waiting run's alone: gevent's own pool also
+def test_failed_offloaded_work_leaks_no_traceback(capfd: pytest.CaptureFixture[str]) -> None:
+    """An error of offloaded work (an OSError) is the waiting greenlet's alone: gevent's own pool also
     printed its traceback to stderr, which a server must not."""
     waits = GreenWaits()
 
@@ -428,8 +428,8 @@ def test_offloaded_work_in_a_flood_lets_the_other_greenlets_run() -> None:
     assert max(b - a for a, b in zip([started, *during], [*during, started + took], strict=False)) < 0.5
 
 
-def test_a_forked_child_gets_start_threads_of_its_own() -> None:
-    """The parent's start threads are not in a forked child (the run owner is forked from the master): the
+def test_a_forked_child_gets_offload_threads_of_its_own() -> None:
+    """The parent's offload threads are not in a forked child (the run owner is forked from the master): the
     child's first offloaded task starts its own rather than waiting forever on the parent's queue."""
     waits = GreenWaits()
     assert waits.offload(int, "7") == 7  # the parent's pool, with a thread
@@ -455,7 +455,7 @@ def test_a_forked_child_gets_start_threads_of_its_own() -> None:
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-def test_a_second_loop_on_another_thread_has_start_threads_of_its_own() -> None:
+def test_a_second_loop_on_another_thread_has_offload_threads_of_its_own() -> None:
     """As gevent keeps a pool a hub: a loop on another thread offloads to threads of its own, and the first
     loop's pool goes on serving its own loop."""
     from hookrunner.serve import greenruns
