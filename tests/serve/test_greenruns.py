@@ -1,7 +1,7 @@
-"""Runs as greenlets on the gevent worker's loop (serve/greenruns.py) against runs on command threads (the
-threaded worker's, run/spawn.py's default): the same argv, environment, working directory, process group
-and session, the same timeouts ending every descendant, the same error texts; and on the loop, a waiting
-run never blocks the other greenlets."""
+"""Runs as greenlets on a gevent loop (the run owner's: serve/greenruns.py) against runs on command threads
+(the threaded worker's, run/spawn.py's default): the same argv, environment, working directory, process
+group and session, the same timeouts ending every descendant, the same error texts; and on the loop, a
+waiting run never blocks the other greenlets."""
 
 from __future__ import annotations
 
