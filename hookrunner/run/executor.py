@@ -126,10 +126,6 @@ class CommandRunner:
         self._journal = None
         self.runs.state = state
 
-    def poll_processes_here(self) -> None:
-        """Start the process tracker's poll from the caller's thread (run/processes.py's poll_here)."""
-        self._tracker.poll_here()
-
     @property
     def state(self) -> RunState:
         return self.runs.state
@@ -470,10 +466,10 @@ class CommandRunner:
             return b"", problem
         found = held.found if held is not None else None
         try:
-            # Starting blocks until the child execs: off the gevent worker's loop, on a native thread; the
-            # tracker's own bookkeeping stays on this thread (processes.py's start).
+            # Starting blocks until the child execs: where `waits.start` says (the run owner's loop itself,
+            # docs/run-state.md, "The start on the loop"); the tracker's bookkeeping stays on this thread.
             spawn = partial(start_process, path, argv, env, cwd)
-            process, run = self._tracker.start(spawn, found, self.waits.offload)
+            process, run = self._tracker.start(spawn, found, self.waits.start)
         except OSError as exc:
             return b"", f"fork/exec {path}: {errno_text(exc)}"
         except ValueError:  # what start_problem did not foresee: Go's fork fails with EINVAL for it

@@ -277,11 +277,13 @@ class ProcessTracker:
         exec: a run ending meanwhile on another thread (or on the gevent worker's loop) does not wait.
 
         `offload(launch)` runs the start (the spawn, and the new process's start time and pipe looked up)
-        where the caller wants it: the run owner's, on one of its loop's native start threads. Only that
-        goes there; this tracker's lock is taken on the caller's thread alone. With gevent's patching (the
-        owner with -state-url) the lock is a lock of the loop, and one taken on a start thread lost wakeups:
-        the thread waited forever for a lock nobody held, and its run never went past its start
-        (docs/run-state.md, "A run stuck running")."""
+        where the caller wants it: the run owner's, on its loop itself, or on one of its native threads
+        while commands get a session of their own (serve/greenruns.py, `GreenWaits.start`). Only that goes
+        there; this tracker's lock is taken on the caller's thread alone, and the poll's thread is started
+        there too. With gevent's patching (the owner with -state-url) the lock is a lock of the loop, and
+        one taken on a native thread lost wakeups: the thread waited forever for a lock nobody held, and its
+        run never went past its start (docs/run-state.md, "A run stuck running"); a patched thread started
+        there would be a greenlet of a loop that never runs."""
         with self._lock:
             if self.adopt_orphans and self._subreaper_of != os.getpid():
                 become_subreaper()
@@ -305,16 +307,6 @@ class ProcessTracker:
             else:
                 self._work.notify()
         return process, run
-
-    def poll_here(self) -> None:
-        """Start the poll now, from the caller's thread, rather than from the first start's: the run owner
-        with gevent's patching (-state-url, serve/ownerprocess.py) starts processes on its loop's native
-        start threads, where a patched thread would be a greenlet of a loop that never runs; started from
-        the loop, it is a greenlet of that loop."""
-        with self._lock:
-            if self._poller_of != os.getpid():
-                threading.Thread(target=self._poll, name="run-processes", daemon=True).start()
-                self._poller_of = os.getpid()
 
     def done(self, run: RunProcesses) -> None:
         """The run is over and its leader waited for: what it left running is no longer looked after

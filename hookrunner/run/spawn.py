@@ -2,10 +2,10 @@
 it, its exit seen through a pidfd, each within a deadline, and how a run waits and where it runs.
 
 A run waits through a `Waits`: by default on a native thread of its own (a command thread of the
-scheduler), blocking in poll(2). The gevent worker replaces it (serve/greenruns.py) so that each run is a
-greenlet on the worker's event loop: its process is started on one of the loop's start threads (`offload`;
-Popen blocks until the child execs, 1.6-3 ms under load, which on the loop itself stalled every connection),
-then its pipe and pidfd are waited on by the loop's watchers, with no command thread per run.
+scheduler), blocking in poll(2). The run owner replaces it (serve/greenruns.py) so that each run is a
+greenlet on its event loop: its process is started on the loop itself (the start blocks only until the child
+execs: vfork; on a native thread while commands get a session of their own), then its pipe and pidfd are
+waited on by the loop's watchers, with no command thread per run.
 """
 
 from __future__ import annotations
@@ -68,6 +68,10 @@ class Waits:
     def offload(self, work: Callable[..., T], *args: Any) -> T:
         """Run blocking `work` (one that sleeps in time.sleep) and return its result."""
         return work(*args)
+
+    def start(self, launch: Callable[[], T]) -> T:
+        """Run a process's start, which blocks until the child execs, and return what it returns."""
+        return launch()
 
 
 def start_process(path: str, argv: list[str], env: dict[str, str], cwd: str | None) -> Process:

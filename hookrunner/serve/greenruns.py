@@ -1,8 +1,10 @@
-"""Runs on the gevent worker's event loop: each run a greenlet that has its process started on a native
-thread (Popen blocks until the child execs), waits on its pipe and pidfd with the loop's watchers, sleeps
-with gevent, and hands what else blocks for long (ending a replayed run's previous attempt) to a native
-thread too: the process's own start threads (`_Offload`: a queue in C and one watcher of the loop), not
-gevent's pool. The threaded worker keeps run/spawn.py's default: a command thread per run.
+"""Runs on a gevent loop (the run owner's, serve/ownerprocess.py): each run a greenlet that starts its
+process on the loop itself (vfork: the loop waits only until the child execs; on a native thread while
+commands get a session of their own), waits on its pipe and pidfd with the loop's watchers, sleeps with
+gevent, and hands what blocks for long (ending a replayed run's previous attempt; in the gevent worker,
+parsing a hooks file) to a native thread: the process's own threads (`_Offload`: a queue in C and one
+watcher of the loop), not gevent's pool. The threaded worker keeps run/spawn.py's default: a command thread
+per run.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import gevent.event
 import gevent.hub
 import gevent.socket
 
-from hookrunner.run.spawn import StartSignal, Waits
+from hookrunner.run.spawn import StartSignal, Waits, own_session
 
 T = TypeVar("T")
 
@@ -31,10 +33,12 @@ class _TimedOut(Exception):
 
 
 class _Offload:
-    """The native threads that run a loop's blocking work (a process's start, above all: one a run).
+    """The native threads that run a loop's blocking work (ending a replayed run's previous attempt; a
+    process's start while commands get a session of their own).
 
     gevent's pool (`hub.threadpool.apply`) does the same with a watcher, an event and a lock made per task,
-    and a queue written in Python; under load that hand-off was an eighth of the run owner's GIL. Here the
+    and a queue written in Python; under load, when every start was handed over, that was an eighth of the
+    run owner's GIL (the starts run on the loop now: docs/run-state.md, "The start on the loop"). Here the
     tasks go through a queue written in C, and one watcher of the loop brings every finished task back to
     the greenlet that waits for it. Threads are started as the work needs them (none is idle), up to
     `limit`, and live as long as the process; they are native even where gevent has patched threading."""
@@ -119,7 +123,7 @@ class _Offload:
             self._listening = False
 
 
-#: Each loop's start threads (as gevent keeps a pool a hub), made at its first offloaded task.
+#: Each loop's native threads (as gevent keeps a pool a hub), made at its first offloaded task.
 _pools: dict[int, _Offload] = {}
 
 
@@ -143,6 +147,16 @@ class GreenWaits(Waits):
 
     def event(self) -> StartSignal:
         return gevent.event.Event()
+
+    def start(self, launch: Callable[[], T]) -> T:
+        """A process's start: on the loop itself (vfork: the loop waits until the child execs, which costs
+        less than a hand-off to a native thread and back), unless each command heads a session of its own
+        (this process has a terminal: run/spawn.py's `own_session`). Such a child leaves this process's
+        scheduling group before its exec, and under load the loop would wait for it to be given a core
+        (half the work, measured: docs/run-state.md, "The start on the loop")."""
+        if own_session():
+            return self.offload(launch)
+        return launch()
 
     def offload(self, work: Callable[..., T], *args: Any) -> T:
         hub = gevent.get_hub()

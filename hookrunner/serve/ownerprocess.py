@@ -10,10 +10,11 @@ shared by every replica, whose leases are renewed here and whose new work (anoth
 lease's) is waited for on the loop.
 
 With the embedded state the loop patches nothing, as the gevent worker's does not (serve/greenworker.py):
-every wait of the runs and connections goes through `GreenWaits`, and blocking work (a process's start)
-runs on its native start threads (serve/greenruns.py). With -state-url, gevent's patching (socket, select,
-time, threading) is applied first, before psycopg is imported, so that its waits are the loop's
-(docs/run-state.md, "gevent")."""
+every wait of the runs and connections goes through `GreenWaits`; a process's start runs on the loop itself
+(it blocks until the child execs, a fraction of a millisecond), and what blocks for long (ending a replayed
+run's previous attempt) on its native threads (serve/greenruns.py). With -state-url, gevent's patching
+(socket, select, time, threading) is applied first, before psycopg is imported, so that its waits are the
+loop's (docs/run-state.md, "gevent")."""
 
 from __future__ import annotations
 
@@ -159,7 +160,6 @@ def _start_shared_state(runner: CommandRunner) -> None:
     config = ctx.config
     state = open_state(config, replica_name(config), url=config.state_url)
     runner.use_state(state)
-    runner.poll_processes_here()  # a greenlet of this loop (processes.py's ProcessTracker.poll_here)
     # A run another replica ran: its outcome, with the output it kept for the request waiting here.
     runner.runs.ended_elsewhere = lambda outcome: CommandResult(
         outcome.output or b"", None if outcome.status == "exit status 0" else outcome.status

@@ -119,10 +119,10 @@ def map_big_allocations() -> bool:
 def share_one_arena() -> bool:
     """Have every thread of this process allocate from glibc's main arena. By default each thread that
     allocates gets an arena of its own (up to eight per core), kept when the thread ends and handed to the
-    next: on the gevent worker the pool threads that start commands come and go with each burst, and their
-    arenas added 0.5 MiB of RSS per load that stayed (docs/performance.md, memory at rest). Its threads
-    hand the GIL to each other, so they seldom allocate at the same moment. Returns False where there is
-    no mallopt (not glibc)."""
+    next: on the gevent worker the pool threads that started commands (before the run owner started them)
+    came and went with each burst, and their arenas added 0.5 MiB of RSS per load that stayed
+    (docs/performance.md, memory at rest). Its threads hand the GIL to each other, so they seldom allocate
+    at the same moment. Returns False where there is no mallopt (not glibc)."""
     return _mallopt(M_ARENA_MAX, 1)
 
 

@@ -509,7 +509,7 @@ def test_a_start_that_fails_past_its_checks_is_answered_and_logged_with_no_trace
     tmp_path: Path, servers: list[Server]
 ) -> None:
     """A command that passes every check before the start (it exists, it is executable) but that the
-    kernel will not exec (ENOEXEC): the run owner's start thread raises, the run answers and logs Go's
+    kernel will not exec (ENOEXEC): the start raises in the run's greenlet, the run answers and logs Go's
     text, and nothing else reaches the log. gevent's pool printed a traceback there, and the task's repr
     with the start's arguments: the command's whole environment, the server's own variables included."""
     garbage = tmp_path / "garbage"

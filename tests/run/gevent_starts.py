@@ -1,13 +1,17 @@
 """Many short runs started at once by the run owner's runner as it runs with -state-url, in a process of its
-own for tests/run/test_processes.py: gevent's patching applied first, as serve/ownerprocess.py applies it,
-then a CommandRunner on GreenWaits (each process started on a native thread of the loop's pool) whose
-tracker polls from the loop. argv: the command, how many runs, how many at once, the seconds one run may
-take. Prints `ended E of N, stuck S` (a run stuck: not ended within its seconds) and exits 1 if any stuck."""
+own for tests/run/test_processes_offload.py: gevent's patching applied first, as serve/ownerprocess.py
+applies it, then a CommandRunner on GreenWaits whose tracker polls from the loop, each process started on
+the loop (`loop`) or, as while commands get a session of their own, on a native thread (`thread`). argv:
+the command, how many runs, how many at once, the seconds one run may take, where starts run. Prints
+`ended E of N, stuck S, zombies Z` (a run stuck: not ended within its seconds; zombies: children of this
+process still unreaped 3 s after the runs, such as the orphans a command left, which this process adopts
+and its tracker's poll must reap) and exits 1 if any is stuck or a zombie."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 from hookrunner.serve.ownerprocess import _patch_for_the_network
 
@@ -21,15 +25,18 @@ from hookrunner.hooks.request import Request  # noqa: E402
 from hookrunner.ops.log import log  # noqa: E402
 from hookrunner.run.executor import CommandRunner  # noqa: E402
 from hookrunner.run.prepare import prepare  # noqa: E402
+from hookrunner.run.processes import _children, _stat  # noqa: E402
+from hookrunner.serve import greenruns  # noqa: E402
 from hookrunner.serve.greenruns import GreenWaits  # noqa: E402
 
 
 def main() -> int:
     command, runs, at_once, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    if sys.argv[5] == "thread":  # the start's choice only: each child still gets a process group alone
+        greenruns.own_session = lambda: True
     log.enabled = False  # a few lines a run, thousands of runs
     runner = CommandRunner(adopt_orphans=True)
     runner.use(GreenWaits())
-    runner.poll_processes_here()
     hook = Hook(id="quick", execute_command=command)
     ended = stuck = 0
 
@@ -49,8 +56,17 @@ def main() -> int:
     for n in range(runs):
         pool.spawn(one, n)
     pool.join()
-    print(f"ended {ended} of {runs}, stuck {stuck}", flush=True)
-    return 1 if stuck else 0
+    deadline = time.monotonic() + 3.0
+    while (zombies := _zombie_children()) and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    print(f"ended {ended} of {runs}, stuck {stuck}, zombies {len(zombies)}", flush=True)
+    return 1 if stuck or zombies else 0
+
+
+def _zombie_children() -> list[int]:
+    """This process's children that have exited and are not reaped yet."""
+    children = _children(os.getpid()) or []
+    return [pid for pid in children if (stat := _stat(pid)) is not None and stat.zombie]
 
 
 if __name__ == "__main__":

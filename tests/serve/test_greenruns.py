@@ -1,7 +1,7 @@
-"""Runs as greenlets on the gevent worker's loop (serve/greenruns.py) against runs on command threads (the
-threaded worker's, run/spawn.py's default): the same argv, environment, working directory, process group
-and session, the same timeouts ending every descendant, the same error texts; and on the loop, a waiting
-run never blocks the other greenlets."""
+"""Runs as greenlets on a gevent loop (the run owner's: serve/greenruns.py) against runs on command threads
+(the threaded worker's, run/spawn.py's default): the same argv, environment, working directory, process
+group and session, the same timeouts ending every descendant, the same error texts; and on the loop, a
+waiting run never blocks the other greenlets."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from hookrunner.run import executor, startwait
 from hookrunner.run.executor import CommandResult, CommandRunner
 from hookrunner.run.processes import identify
 from hookrunner.run.spawn import own_session
+from hookrunner.serve import greenruns
 from hookrunner.serve.greenruns import GreenWaits
 
 WAYS = ("threads", "greenlets")
@@ -44,6 +47,23 @@ def finish(way: str, future: Future[CommandResult], limit: float = 20.0) -> Comm
         while not future.done() and time.monotonic() < deadline:
             gevent.sleep(0.005)
     return future.result(timeout=limit)
+
+
+@contextmanager
+def ticking() -> Iterator[list[float]]:
+    """A greenlet of the loop that notes the time every 10 ms while the block runs: gaps show the loop held."""
+    ticks: list[float] = []
+
+    def ticker() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            gevent.sleep(0.01)
+
+    tick = gevent.spawn(ticker)
+    try:
+        yield ticks
+    finally:
+        tick.kill()
 
 
 def run(way: str, hook: Hook, runner: CommandRunner | None = None) -> CommandResult:
@@ -151,21 +171,11 @@ def test_a_timeout_ends_the_leader_and_every_descendant(way: str, tmp_path: Path
 
 def test_on_the_loop_a_waiting_run_lets_the_other_greenlets_run(tmp_path: Path) -> None:
     runner = runner_for("greenlets")
-    ticks: list[float] = []
-
-    def ticker() -> None:
-        while True:
-            ticks.append(time.monotonic())
-            gevent.sleep(0.01)
-
-    tick = gevent.spawn(ticker)
-    try:
+    with ticking() as ticks:
         hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.5"),))
         started = time.monotonic()
         result = run("greenlets", hook, runner)
         took = time.monotonic() - started
-    finally:
-        tick.kill()
     assert result.ok and took >= 0.5
     during = [t for t in ticks if started <= t <= started + took]
     assert len(during) >= 3, len(during)  # ~50 at 10 ms; none if the run had blocked the loop
@@ -238,19 +248,20 @@ def test_on_the_loop_a_push_is_answered_before_its_start_only_when_none_is_ahead
     assert (runner.running, runner.ahead) == (0, 0)
 
 
-def test_on_the_loop_a_background_run_whose_start_is_slow_is_answered_after_start_wait(
+def test_on_the_loop_a_background_run_whose_start_is_late_is_answered_after_start_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A lone push does not wait for its start; one behind it waits for its own, and a start that waits
-    for a core longer than START_WAIT does not hold that push's answer longer: it is answered then, and the
-    processes still start."""
+    """A lone push does not wait for its start; one behind it waits for its own, and a start that comes
+    later than START_WAIT, its greenlet held up while the loop goes on, does not hold that push's answer
+    longer: it is answered then, and the processes still start. (The start itself runs on the loop and
+    holds it while it lasts, where commands get no session of their own: the tests after the next.)"""
     real = executor.start_process
 
-    def slow_start(*args: Any) -> Any:
-        time.sleep(0.5)  # on the pool's thread, as a start stuck behind the machine's load would be
+    def late_start(*args: Any) -> Any:
+        gevent.sleep(0.5)  # held up before the start, the loop free meanwhile
         return real(*args)
 
-    monkeypatch.setattr(executor, "start_process", slow_start)
+    monkeypatch.setattr(executor, "start_process", late_start)
     runner = runner_for("greenlets")
     assert runner.start_wait == executor.START_WAIT < 0.25
     hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.3"),))
@@ -269,6 +280,69 @@ def test_on_the_loop_a_background_run_whose_start_is_slow_is_answered_after_star
     assert runner.running == 0
 
 
+def test_on_the_loop_a_background_run_whose_start_is_slow_on_a_thread_is_answered_after_start_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where starts run on a native thread (while commands get a session of their own: a terminal), a
+    start that waits for a core longer than START_WAIT does not hold the answer of the push behind it
+    longer either: it is answered then, and the processes still start. (On the loop itself a start holds
+    the loop, this wait included; the worker, which answers the push, keeps its own START_WAIT:
+    run/ownerclient.py.)"""
+    monkeypatch.setattr(greenruns, "own_session", lambda: True)
+    real = executor.start_process
+
+    def slow_start(*args: Any) -> Any:
+        time.sleep(0.5)  # on the native thread, as a start stuck behind the machine's load would be
+        return real(*args)
+
+    monkeypatch.setattr(executor, "start_process", slow_start)
+    runner = runner_for("greenlets")
+    hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.3"),))
+    began = time.monotonic()
+    runner.start(hook, Request(id="r1", method="POST", remote_addr="127.0.0.1:1"))
+    first = time.monotonic() - began
+    runner.start(hook, Request(id="r2", method="POST", remote_addr="127.0.0.1:1"))
+    second = time.monotonic() - began - first
+    assert first < executor.START_WAIT <= second < 0.4, (first, second)  # waited, but not for the start
+    assert runner.running == 0 and runner.ahead == 2  # both answered before their start
+    deadline = time.monotonic() + 10
+    while runner.running < 2 and time.monotonic() < deadline:
+        gevent.sleep(0.01)
+    assert (runner.running, runner.ahead) == (2, 0)  # started all the same
+    runner.shutdown(grace=5)
+    assert runner.running == 0
+
+
+def test_on_the_loop_a_start_runs_on_the_loops_thread_and_holds_the_loop_while_it_lasts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where commands get no session of their own (no terminal), a run's start is not handed to a native
+    thread: it runs in the run's greenlet on the loop's own thread, which waits for it (docs/run-state.md,
+    "The start on the loop"); a start slower than START_WAIT (here 0.3 s) holds every greenlet of the loop,
+    a push's answer included, as long."""
+    monkeypatch.setattr(greenruns, "own_session", lambda: False)
+    real = executor.start_process
+    spans: list[tuple[float, float, int]] = []
+
+    def slow_start(*args: Any) -> Any:
+        began = time.monotonic()
+        time.sleep(0.3)  # a blocking start, as an exec that waits for a core is
+        process = real(*args)
+        spans.append((began, time.monotonic(), threading.get_ident()))
+        return process
+
+    monkeypatch.setattr(executor, "start_process", slow_start)
+    runner = runner_for("greenlets")
+    with ticking() as ticks:
+        gevent.sleep(0.05)
+        hook = Hook(id="h", execute_command="/bin/true")
+        assert finish("greenlets", runner.submit(hook, Request(id="r1", method="POST", remote_addr="::1"))).ok
+    ((began, ended, thread),) = spans
+    assert thread == threading.get_ident()  # the loop's thread: no hand-off
+    assert [t for t in ticks if began < t < ended] == [], (began, ended, ticks)  # the loop waited for it
+    assert any(t > ended for t in ticks)  # and went on after
+
+
 def test_on_the_loop_a_run_waiting_under_the_global_cap_is_answered_at_once(tmp_path: Path) -> None:
     runner = runner_for("greenlets", max_concurrent=1)
     hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.5"),))
@@ -284,8 +358,22 @@ def test_on_the_loop_a_run_waiting_under_the_global_cap_is_answered_at_once(tmp_
     assert (runner.running, runner.queued) == (0, 0)
 
 
+def test_a_start_runs_on_the_loop_unless_commands_get_a_session_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the loop's own thread where each command gets a process group alone (no terminal); on a native
+    thread where each gets a session too, whose child leaves this process's scheduling group before its
+    exec (docs/run-state.md, "The start on the loop")."""
+    waits = GreenWaits()
+    loop = threading.get_ident()
+    monkeypatch.setattr(greenruns, "own_session", lambda: False)
+    assert waits.start(threading.get_ident) == loop
+    monkeypatch.setattr(greenruns, "own_session", lambda: True)
+    assert waits.start(threading.get_ident) != loop
+
+
 def test_offloaded_work_runs_on_native_threads_while_the_loop_goes_on() -> None:
-    """A start handed off (GreenWaits.offload) blocks a native thread, never the loop: the work below waits
+    """Work handed off (GreenWaits.offload) blocks a native thread, never the loop: the work below waits
     for an event that only a greenlet on the loop sets, so it returns True only if the loop ran meanwhile."""
     waits = GreenWaits()
     release = threading.Event()
@@ -348,8 +436,8 @@ def test_offloaded_work_beyond_the_thread_limit_waits_for_a_thread() -> None:
     assert len({task.value for task in tasks}) <= greenruns.OFFLOAD_THREADS
 
 
-def test_a_failed_start_leaks_no_traceback(capfd: pytest.CaptureFixture[str]) -> None:
-    """An error of offloaded work (a start's OSError) is the waiting run's alone: gevent's own pool also
+def test_failed_offloaded_work_leaks_no_traceback(capfd: pytest.CaptureFixture[str]) -> None:
+    """An error of offloaded work (an OSError) is the waiting greenlet's alone: gevent's own pool also
     printed its traceback to stderr, which a server must not."""
     waits = GreenWaits()
 
@@ -390,8 +478,8 @@ def test_offloaded_work_in_a_flood_lets_the_other_greenlets_run() -> None:
     assert max(b - a for a, b in zip([started, *during], [*during, started + took], strict=False)) < 0.5
 
 
-def test_a_forked_child_gets_start_threads_of_its_own() -> None:
-    """The parent's start threads are not in a forked child (the run owner is forked from the master): the
+def test_a_forked_child_gets_offload_threads_of_its_own() -> None:
+    """The parent's offload threads are not in a forked child (the run owner is forked from the master): the
     child's first offloaded task starts its own rather than waiting forever on the parent's queue."""
     waits = GreenWaits()
     assert waits.offload(int, "7") == 7  # the parent's pool, with a thread
@@ -417,7 +505,7 @@ def test_a_forked_child_gets_start_threads_of_its_own() -> None:
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-def test_a_second_loop_on_another_thread_has_start_threads_of_its_own() -> None:
+def test_a_second_loop_on_another_thread_has_offload_threads_of_its_own() -> None:
     """As gevent keeps a pool a hub: a loop on another thread offloads to threads of its own, and the first
     loop's pool goes on serving its own loop."""
     from hookrunner.serve import greenruns

@@ -138,10 +138,10 @@ def test_an_event_loop_waits_on_the_waiters_descriptor_and_keeps_running_meanwhi
             gevent.sleep(0.01)
 
     def finish() -> None:
-        # The run ends on a native thread (where the owner starts processes) once the loop has shown that it
-        # goes on while the owner waits: counted, not timed (a fixed 0.2 s saw 3 or 4 ticks when the process
-        # got a ninth of a core, as at load 14 on 2 cores). A loop held by the wait never ticks 5 times: the
-        # run then ends after 10 s so that the owner wakes, and the test fails on `ticked_first`.
+        # The run ends on another thread (whoever finishes it: not the waiting loop) once the loop has shown
+        # that it goes on while the owner waits: counted, not timed (a fixed 0.2 s saw 3 or 4 ticks when the
+        # process got a ninth of a core, as at load 14 on 2 cores). A loop held by the wait never ticks 5
+        # times: the run then ends after 10 s so that the owner wakes, and the test fails on `ticked_first`.
         ticked_first.append(ticked.wait(10))
         state.finish(claim, Outcome("exit status 0"))
 
