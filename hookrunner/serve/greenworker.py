@@ -1,7 +1,6 @@
 """The gevent worker (-worker-class gevent, the default): each connection is a greenlet on one event
 loop (its bytes read as serve/greenreads.py says). Each hook command runs in the run owner, as a greenlet on
-its own loop (serve/greenruns.py): started on that loop itself (on a native thread while the server has a
-terminal), its output and exit waited on there.
+its own loop, which starts it and waits on its output and exit (serve/greenruns.py).
 
 Nothing is monkey-patched: only the worker's own sockets are gevent sockets (the listener, and through
 it every accepted connection). The `subprocess` pipes, the reloader, the hooks watcher and every lock
