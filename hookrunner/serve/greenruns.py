@@ -153,7 +153,7 @@ class GreenWaits(Waits):
         less than a hand-off to a native thread and back), unless each command heads a session of its own
         (this process has a terminal: run/spawn.py's `own_session`). Such a child leaves this process's
         scheduling group before its exec, and under load the loop would wait for it to be given a core
-        (half the work, measured: docs/run-state.md, "The start on the loop")."""
+        (up to half the work, measured: docs/run-state.md, "The start on the loop")."""
         if own_session():
             return self.offload(launch)
         return launch()

@@ -32,8 +32,10 @@ from hookrunner.serve.greenruns import GreenWaits  # noqa: E402
 
 def main() -> int:
     command, runs, at_once, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-    if sys.argv[5] == "thread":  # the start's choice only: each child still gets a process group alone
-        greenruns.own_session = lambda: True
+    # The start's choice only, whether or not this process has a terminal (spawn.py's own_session, which
+    # decides whether each child also heads a session, is left alone).
+    on_thread = sys.argv[5] == "thread"
+    greenruns.own_session = lambda: on_thread
     log.enabled = False  # a few lines a run, thousands of runs
     runner = CommandRunner(adopt_orphans=True)
     runner.use(GreenWaits())

@@ -255,6 +255,7 @@ def test_on_the_loop_a_background_run_whose_start_is_late_is_answered_after_star
     later than START_WAIT, its greenlet held up while the loop goes on, does not hold that push's answer
     longer: it is answered then, and the processes still start. (The start itself runs on the loop and
     holds it while it lasts, where commands get no session of their own: the tests after the next.)"""
+    monkeypatch.setattr(greenruns, "own_session", lambda: False)  # the loop's start, with a terminal too
     real = executor.start_process
 
     def late_start(*args: Any) -> Any:
@@ -286,8 +287,8 @@ def test_on_the_loop_a_background_run_whose_start_is_slow_on_a_thread_is_answere
     """Where starts run on a native thread (while commands get a session of their own: a terminal), a
     start that waits for a core longer than START_WAIT does not hold the answer of the push behind it
     longer either: it is answered then, and the processes still start. (On the loop itself a start holds
-    the loop, this wait included; the worker, which answers the push, keeps its own START_WAIT:
-    run/ownerclient.py.)"""
+    the loop, this wait included; the worker, which answers the push, waits its own START_WAIT once the
+    owner has admitted the run: run/ownerclient.py, docs/run-state.md "The start on the loop".)"""
     monkeypatch.setattr(greenruns, "own_session", lambda: True)
     real = executor.start_process
 
