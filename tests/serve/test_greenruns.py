@@ -11,7 +11,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
@@ -248,56 +248,37 @@ def test_on_the_loop_a_push_is_answered_before_its_start_only_when_none_is_ahead
     assert (runner.running, runner.ahead) == (0, 0)
 
 
-def test_on_the_loop_a_background_run_whose_start_is_late_is_answered_after_start_wait(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+#: Where a start runs (whether commands get a session of their own), and how it is held up 0.5 s: on the
+#: loop, its greenlet held up before the start with the loop free; on a native thread, the start itself
+#: blocking, as a start stuck behind the machine's load would be.
+HELD_UP: dict[str, tuple[bool, Callable[[float], object]]] = {
+    "late on the loop": (False, gevent.sleep),
+    "slow on a thread": (True, time.sleep),
+}
+
+
+@pytest.mark.parametrize("how", list(HELD_UP))
+def test_on_the_loop_a_background_run_whose_start_is_held_up_is_answered_after_start_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     """A lone push does not wait for its start; one behind it waits for its own, and a start that comes
-    later than START_WAIT, its greenlet held up while the loop goes on, does not hold that push's answer
-    longer: it is answered then, and the processes still start. (The start itself runs on the loop and
-    holds it while it lasts, where commands get no session of their own: the tests after the next.)"""
-    monkeypatch.setattr(greenruns, "own_session", lambda: False)  # the loop's start, with a terminal too
+    later than START_WAIT does not hold that push's answer longer: it is answered then, and the processes
+    still start. So where the start's greenlet is held up while the loop goes on, and where starts run on a
+    native thread (while commands get a session of their own: a terminal) and the start itself is slow.
+    (On the loop itself a start holds the loop while it lasts, this wait included: the next test; the
+    worker, which answers the push, waits its own START_WAIT once the owner has admitted the run:
+    run/ownerclient.py, docs/run-state.md "The start on the loop".)"""
+    on_thread, hold_up = HELD_UP[how]
+    monkeypatch.setattr(greenruns, "own_session", lambda: on_thread)  # the choice, with a terminal or not
     real = executor.start_process
 
-    def late_start(*args: Any) -> Any:
-        gevent.sleep(0.5)  # held up before the start, the loop free meanwhile
+    def held_up_start(*args: Any) -> Any:
+        hold_up(0.5)
         return real(*args)
 
-    monkeypatch.setattr(executor, "start_process", late_start)
+    monkeypatch.setattr(executor, "start_process", held_up_start)
     runner = runner_for("greenlets")
     assert runner.start_wait == executor.START_WAIT < 0.25
-    hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.3"),))
-    began = time.monotonic()
-    runner.start(hook, Request(id="r1", method="POST", remote_addr="127.0.0.1:1"))
-    first = time.monotonic() - began
-    runner.start(hook, Request(id="r2", method="POST", remote_addr="127.0.0.1:1"))
-    second = time.monotonic() - began - first
-    assert first < executor.START_WAIT <= second < 0.4, (first, second)  # waited, but not for the start
-    assert runner.running == 0 and runner.ahead == 2  # both answered before their start
-    deadline = time.monotonic() + 10
-    while runner.running < 2 and time.monotonic() < deadline:
-        gevent.sleep(0.01)
-    assert (runner.running, runner.ahead) == (2, 0)  # started all the same
-    runner.shutdown(grace=5)
-    assert runner.running == 0
-
-
-def test_on_the_loop_a_background_run_whose_start_is_slow_on_a_thread_is_answered_after_start_wait(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Where starts run on a native thread (while commands get a session of their own: a terminal), a
-    start that waits for a core longer than START_WAIT does not hold the answer of the push behind it
-    longer either: it is answered then, and the processes still start. (On the loop itself a start holds
-    the loop, this wait included; the worker, which answers the push, waits its own START_WAIT once the
-    owner has admitted the run: run/ownerclient.py, docs/run-state.md "The start on the loop".)"""
-    monkeypatch.setattr(greenruns, "own_session", lambda: True)
-    real = executor.start_process
-
-    def slow_start(*args: Any) -> Any:
-        time.sleep(0.5)  # on the native thread, as a start stuck behind the machine's load would be
-        return real(*args)
-
-    monkeypatch.setattr(executor, "start_process", slow_start)
-    runner = runner_for("greenlets")
     hook = Hook(id="h", execute_command="/bin/sleep", pass_arguments=(Argument("string", "0.3"),))
     began = time.monotonic()
     runner.start(hook, Request(id="r1", method="POST", remote_addr="127.0.0.1:1"))
